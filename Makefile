@@ -1,0 +1,36 @@
+# Two commands on a fresh machine:  make demo   and   make test
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test install lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip==25.3
+	$(BIN)/pip install -q -e '.[dev,examples]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# Installs, then runs examples/quickstart end to end on the local server (auto-started).
+demo: $(STAMP)
+	cd examples/quickstart && PATH="$(CURDIR)/$(BIN):$$PATH" $(CURDIR)/$(BIN)/tau run --wait
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/tau status
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/tau logs quickstart --tail 5
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+test: lint
+	$(BIN)/pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python -m bench.all
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""The ``tau`` command line: a thin client of the server's HTTP API."""

@@ -1,0 +1,170 @@
+"""HTTP client of /api/v1, on the standard library so read commands start fast.
+
+Errors come back as the server's ``{"error": {"code", "message"}}`` and are raised as
+the matching :class:`~taugrid.errors.TauError` subclass.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import urllib.parse
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from taugrid.errors import ERRORS_BY_CODE, AuthError, ServerUnreachable, TauError
+
+Params = Mapping[str, str | int | float | bool | list[str] | None]
+
+
+class Client:
+    def __init__(self, base_url: str, token: str | None, timeout: float = 30.0) -> None:
+        parsed = urllib.parse.urlsplit(base_url)
+        self.base_url = base_url.rstrip("/")
+        self.host = parsed.hostname or "127.0.0.1"
+        self.port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        self.https = parsed.scheme == "https"
+        self.token = token
+        self.timeout = timeout
+
+    # -- plumbing -----------------------------------------------------------------------
+    def _conn(self, timeout: float | None) -> http.client.HTTPConnection:
+        cls = http.client.HTTPSConnection if self.https else http.client.HTTPConnection
+        return cls(self.host, self.port, timeout=timeout)
+
+    def send(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Params | None = None,
+        json_body: Any = None,
+        body: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: float | None = -1.0,
+    ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        """Send a request; the caller reads (or streams) the response and closes ``conn``."""
+        url = "/api/v1" + path if not path.startswith("/healthz") else path
+        if params:
+            url += "?" + urllib.parse.urlencode(
+                [(k, v) for k, v in _flat(params) if v is not None], doseq=True
+            )
+        hdrs = {"Accept": "application/json", **(headers or {})}
+        if self.token:
+            hdrs["Authorization"] = f"Bearer {self.token}"
+        if json_body is not None:
+            body = json.dumps(json_body).encode()
+            hdrs["Content-Type"] = "application/json"
+        conn = self._conn(self.timeout if timeout == -1.0 else timeout)
+        try:
+            conn.request(method, url, body=body, headers=hdrs)
+            resp = conn.getresponse()
+        except (TimeoutError, ConnectionError, OSError) as exc:
+            conn.close()
+            raise ServerUnreachable(
+                f"cannot reach the tau server at {self.base_url}: {exc}"
+            ) from exc
+        if resp.status >= 400:
+            data = resp.read()
+            conn.close()
+            raise _error_from(resp.status, data)
+        return conn, resp
+
+    def call(self, method: str, path: str, **kw: Any) -> Any:
+        conn, resp = self.send(method, path, **kw)
+        try:
+            data = resp.read()
+        finally:
+            conn.close()
+        return json.loads(data) if data else None
+
+    def stream(self, path: str, params: Params | None = None) -> Iterator[bytes]:
+        conn, resp = self.send("GET", path, params=params, timeout=None)
+        try:
+            while chunk := resp.read1(65536):
+                yield chunk
+        finally:
+            conn.close()
+
+    # -- API ----------------------------------------------------------------------------
+    def health(self) -> dict[str, Any]:
+        result: dict[str, Any] = self.call("GET", "/healthz", timeout=2.0)
+        return result
+
+    def get_run(self, ref: str) -> dict[str, Any]:
+        result: dict[str, Any] = self.call("GET", f"/runs/{_q(ref)}")
+        return result
+
+    def list_runs(self, **params: Any) -> dict[str, Any]:
+        result: dict[str, Any] = self.call("GET", "/runs", params=params)
+        return result
+
+    def cancel(self, ref: str) -> dict[str, Any]:
+        result: dict[str, Any] = self.call("POST", f"/runs/{_q(ref)}/cancel")
+        return result
+
+    def has_snapshot(self, digest: str) -> bool:
+        try:
+            self.call("HEAD", f"/snapshots/{digest}")
+        except TauError as exc:
+            if exc.code == "not_found":
+                return False
+            raise
+        return True
+
+    def put_snapshot(self, digest: str, data: bytes) -> None:
+        self.call(
+            "PUT", f"/snapshots/{digest}", body=data, headers={"Content-Type": "application/gzip"}
+        )
+
+    def submit(self, payload: dict[str, Any], idempotency_key: str) -> dict[str, Any]:
+        # A retry after a lost answer reuses the key, so the run is recorded once.
+        for attempt in range(3):
+            try:
+                result: dict[str, Any] = self.call(
+                    "POST", "/runs", json_body=payload, headers={"Idempotency-Key": idempotency_key}
+                )
+                return result
+            except ServerUnreachable:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def artifacts(self, ref: str) -> dict[str, Any]:
+        result: dict[str, Any] = self.call("GET", f"/runs/{_q(ref)}/artifacts")
+        return result
+
+
+def _q(s: str) -> str:
+    return urllib.parse.quote(s, safe="")
+
+
+def _flat(params: Params) -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for k, v in params.items():
+        if isinstance(v, list):
+            out += [(k, x) for x in v]
+        elif isinstance(v, bool):
+            out.append((k, "true" if v else "false"))
+        else:
+            out.append((k, v))
+    return out
+
+
+def _error_from(status: int, data: bytes) -> TauError:
+    try:
+        err = json.loads(data)["error"]
+        cls = ERRORS_BY_CODE.get(err["code"], TauError)
+        if err["code"] == "spec_invalid":
+            from taugrid.errors import SpecError, SpecProblem
+
+            return SpecError([SpecProblem(**p) for p in err.get("problems", [])])
+        exc = cls.__new__(cls)
+        TauError.__init__(exc, err["message"])
+        return exc
+    except (ValueError, KeyError, TypeError):
+        if status == 401:
+            return AuthError("the server refused the API token")
+        if status == 404:
+            return ERRORS_BY_CODE["not_found"]("not found")
+        return TauError(f"server answered HTTP {status}: {data[:200]!r}")

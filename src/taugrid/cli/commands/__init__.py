@@ -1,0 +1,1 @@
+"""One module per verb; each exposes ``command``. See :mod:`taugrid.cli.registry`."""

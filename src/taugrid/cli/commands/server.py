@@ -1,0 +1,85 @@
+"""Start, stop or inspect the local server."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import click
+
+from taugrid.cli.client import Client
+from taugrid.cli.connect import running_server, start_server
+from taugrid.cli.output import emit_json, output_option
+from taugrid.errors import ServerUnreachable
+from taugrid.home import tau_home
+
+
+@click.group(name="server", help=__doc__)
+def command() -> None:
+    pass
+
+
+@command.command(name="start", help="Start the local server (the CLI also does this itself).")
+@click.option("--gpus", type=click.IntRange(min=0), help="GPUs to offer to runs.")
+@click.option("--database-url", help="SQLAlchemy URL (default: SQLite in TAU_HOME).")
+def start(gpus: int | None, database_url: str | None) -> None:
+    home = tau_home()
+    info = running_server(home)
+    if info is not None:
+        click.echo(f"tau server already running at {info['url']} (pid {info['pid']})")
+        return
+    args = []
+    if gpus is not None:
+        args += ["--gpus", str(gpus)]
+    if database_url:
+        args += ["--database-url", database_url]
+    info = start_server(home, args)
+    click.echo(f"tau server running at {info['url']} (pid {info['pid']})")
+
+
+@command.command(name="stop", help="Stop the local server; running runs keep running.")
+@click.option("--timeout", type=float, default=15.0, show_default=True)
+def stop(timeout: float) -> None:
+    home = tau_home()
+    info = running_server(home)
+    if info is None:
+        click.echo("tau server is not running")
+        return
+    pid = int(str(info["pid"]))
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            click.echo(f"tau server stopped (pid {pid})")
+            return
+        time.sleep(0.05)
+    raise ServerUnreachable(f"tau server (pid {pid}) did not stop within {timeout:.0f}s")
+
+
+@command.command(name="status", help="Show whether the local server runs, and where.")
+@output_option
+def status(output: str) -> None:
+    home = tau_home()
+    info = running_server(home)
+    data: dict[str, object] = {"running": False, "home": str(home)}
+    if info is not None:
+        health = Client(str(info["url"]), None).health()
+        data.update(
+            running=True,
+            url=info["url"],
+            pid=info["pid"],
+            version=health["version"],
+            runs=health.get("runs"),
+        )
+    if output == "json":
+        emit_json(data)
+    elif info is None:
+        click.echo(f"tau server is not running (home {home})")
+    else:
+        click.echo(
+            f"tau server running at {data['url']} (pid {data['pid']}, "
+            f"version {data['version']}, {data['runs']} runs, home {home})"
+        )

@@ -1,0 +1,34 @@
+"""Check a tau.yaml without submitting it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from taugrid.cli.output import emit_json, output_option
+
+
+@click.command(name="validate", help=__doc__)
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path), default="tau.yaml")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a field.")
+@output_option
+def command(file: Path, sets: tuple[str, ...], output: str) -> None:
+    from taugrid.spec import inactive_fields, load_spec
+
+    loaded = load_spec(file, list(sets))
+    notes = inactive_fields(loaded.spec, "local")
+    if output == "json":
+        emit_json(
+            {
+                "valid": True,
+                "name": loaded.spec.name,
+                "spec_hash": loaded.spec_hash,
+                "resolved": loaded.resolved,
+                "notes": notes,
+            }
+        )
+        return
+    click.echo(f"{file}: valid (name {loaded.spec.name}, spec hash {loaded.spec_hash[:12]})")
+    for note in notes:
+        click.echo(f"  note: {note}")

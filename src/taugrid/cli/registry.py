@@ -1,0 +1,23 @@
+"""Every ``tau`` command, by name, with the module that defines it.
+
+The top-level help and shell completion need only names and one-line helps, so they
+come from this table and no command module is imported until it runs. A test checks
+that each entry's help matches its command's docstring.
+"""
+
+from __future__ import annotations
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    # name: (module under taugrid.cli.commands, one-line help)
+    "run": ("run", "Submit a run from tau.yaml or a command line."),
+    "status": ("status", "Show recent runs, or one run in detail."),
+    "list": ("listing", "List runs with filters."),
+    "logs": ("logs", "Print or follow a run's logs."),
+    "cancel": ("cancel", "Cancel runs: SIGTERM, grace period, then SIGKILL."),
+    "get": ("get", "Download the files a run wrote."),
+    "validate": ("validate", "Check a tau.yaml without submitting it."),
+    "schema": ("schema", "Print the JSON Schema of tau.yaml."),
+    "init": ("init", "Write a commented starter tau.yaml."),
+    "server": ("server", "Start, stop or inspect the local server."),
+    "version": ("version", "Print the version of tau."),
+}

@@ -1,0 +1,83 @@
+"""Run states and the one transition table (DESIGN.md 3.1).
+
+Pure: no I/O. Every state change in TauGrid goes through :func:`check_transition`, so the
+table below is the whole truth about which changes are legal.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class RunState(StrEnum):
+    PENDING = "PENDING"
+    QUEUED = "QUEUED"
+    ADMITTED = "ADMITTED"
+    RUNNING = "RUNNING"
+    RESTARTING = "RESTARTING"
+    PREEMPTED = "PREEMPTED"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+    @property
+    def active(self) -> bool:
+        """Has (or is about to have) a process: the executor must watch it."""
+        return self in (RunState.ADMITTED, RunState.RUNNING)
+
+
+class Reason(StrEnum):
+    """Stable machine words recorded with every transition."""
+
+    SUBMITTED = "Submitted"
+    QUEUED = "Queued"
+    ADMITTED = "Admitted"
+    STARTED = "Started"
+    COMPLETED = "Completed"
+    EXIT_CODE = "ExitCode"
+    OOM_KILLED = "OOMKilled"
+    START_FAILED = "StartFailed"
+    CANCELLED = "Cancelled"
+    TIMEOUT = "Timeout"
+    LOST = "Lost"
+    PREEMPTED = "Preempted"
+    QUOTA_EXHAUSTED = "QuotaExhausted"
+    GPU_FAULT = "GpuFault"
+    RESTARTING = "Restarting"
+
+
+S = RunState
+TERMINAL = frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED})
+
+_ALLOWED: dict[RunState, frozenset[RunState]] = {
+    S.PENDING: frozenset({S.QUEUED, S.FAILED, S.CANCELLED}),
+    S.QUEUED: frozenset({S.ADMITTED, S.PREEMPTED, S.FAILED, S.CANCELLED}),
+    S.ADMITTED: frozenset({S.RUNNING, S.PREEMPTED, S.SUCCEEDED, S.FAILED, S.CANCELLED}),
+    S.RUNNING: frozenset({S.RESTARTING, S.PREEMPTED, S.SUCCEEDED, S.FAILED, S.CANCELLED}),
+    S.RESTARTING: frozenset({S.QUEUED, S.FAILED, S.CANCELLED}),
+    S.PREEMPTED: frozenset({S.QUEUED, S.FAILED, S.CANCELLED}),
+    S.SUCCEEDED: frozenset(),
+    S.FAILED: frozenset(),
+    S.CANCELLED: frozenset(),
+}
+
+
+class IllegalTransition(ValueError):
+    def __init__(self, current: RunState, target: RunState) -> None:
+        super().__init__(f"illegal run transition {current} -> {target}")
+        self.current = current
+        self.target = target
+
+
+def allowed_targets(current: RunState) -> frozenset[RunState]:
+    return _ALLOWED[current]
+
+
+def check_transition(current: RunState, target: RunState) -> None:
+    """Raise :class:`IllegalTransition` unless ``current -> target`` is in the table."""
+    if target not in _ALLOWED[current]:
+        raise IllegalTransition(current, target)

@@ -1,0 +1,131 @@
+"""The one error tree of TauGrid.
+
+Every error a user can cause or meet derives from :class:`TauError`. Each class has a
+stable ``code`` (used in API error bodies and ``-o json`` output) and the CLI exit code it
+maps to. The CLI catches ``TauError`` once and prints one line; ``--debug`` shows the
+traceback.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class TauError(Exception):
+    code = "internal"
+    exit_code = 1
+    http_status = 500
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def to_dict(self) -> dict[str, object]:
+        return {"code": self.code, "message": self.message}
+
+
+@dataclass(frozen=True)
+class SpecProblem:
+    """One problem in a spec, located as ``file:line:col`` (1-based) when known."""
+
+    file: str
+    line: int | None
+    col: int | None
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        where = self.file
+        if self.line is not None:
+            where += f":{self.line}:{self.col or 1}"
+        field = f" {self.field}:" if self.field else ""
+        return f"{where}:{field} {self.message}"
+
+
+class SpecError(TauError):
+    """A spec (tau.yaml, policy, overrides) is invalid; carries every problem found."""
+
+    code = "spec_invalid"
+    exit_code = 2
+    http_status = 422
+
+    def __init__(self, problems: list[SpecProblem]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(str(p) for p in problems))
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "code": self.code,
+            "message": self.message,
+            "problems": [p.__dict__ for p in self.problems],
+        }
+
+
+class UsageError(TauError):
+    """The request itself is malformed (bad flag combination, bad argument)."""
+
+    code = "usage"
+    exit_code = 2
+    http_status = 400
+
+
+class SnapshotTooLarge(TauError):
+    code = "snapshot_too_large"
+    exit_code = 2
+    http_status = 413
+
+
+class ServerUnreachable(TauError):
+    code = "server_unreachable"
+    exit_code = 3
+    http_status = 503
+
+
+class AuthError(TauError):
+    code = "unauthorized"
+    exit_code = 4
+    http_status = 401
+
+
+class NotFound(TauError):
+    code = "not_found"
+    exit_code = 5
+    http_status = 404
+
+
+class Ambiguous(TauError):
+    code = "ambiguous"
+    exit_code = 6
+    http_status = 409
+
+
+class Conflict(TauError):
+    """The request conflicts with the current state (e.g. cancelling a finished run)."""
+
+    code = "conflict"
+    exit_code = 7
+    http_status = 409
+
+
+class Unschedulable(TauError):
+    """The run asks for more than this installation can ever give."""
+
+    code = "unschedulable"
+    exit_code = 8
+    http_status = 422
+
+
+ERRORS_BY_CODE: dict[str, type[TauError]] = {
+    cls.code: cls
+    for cls in (
+        TauError,
+        UsageError,
+        SnapshotTooLarge,
+        ServerUnreachable,
+        AuthError,
+        NotFound,
+        Ambiguous,
+        Conflict,
+        Unschedulable,
+    )
+}

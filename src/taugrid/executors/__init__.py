@@ -1,0 +1,1 @@
+"""Executors: turn an admitted run attempt into running processes (local) or objects."""

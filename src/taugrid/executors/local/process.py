@@ -1,0 +1,164 @@
+"""Server-side control of per-attempt supervisors: start, observe, cancel.
+
+The server never owns workload processes. It starts a detached supervisor per attempt and
+afterwards only reads files and sends signals, so it can be restarted (or ``kill -9``ed)
+at any time without touching running work.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from taugrid.executors.local import supervisor as _supervisor
+from taugrid.executors.local.files import read_json, write_json_atomic
+from taugrid.executors.local.supervisor import CANCEL_FILE, PID_FILE, STATUS_FILE
+
+SUPERVISOR_SCRIPT = Path(_supervisor.__file__).resolve()
+_REAP_INTERVAL_S = 0.5
+
+# Supervisors this process started and has not reaped yet. A kept Popen is reaped by
+# polling it; never os.waitpid(-1), which would steal other subprocess users' children.
+_children: dict[int, subprocess.Popen[bytes]] = {}
+_children_lock = threading.Lock()
+_reaper: threading.Thread | None = None
+
+
+def reap_supervisors() -> list[int]:
+    """Reap supervisors that have exited; their pids. Also runs every 0.5 s in a thread."""
+    with _children_lock:
+        done = [pid for pid, proc in _children.items() if proc.poll() is not None]
+        for pid in done:
+            del _children[pid]
+    return done
+
+
+def _reap_forever() -> None:
+    while True:
+        time.sleep(_REAP_INTERVAL_S)
+        reap_supervisors()
+
+
+def start_supervisor(attempt_dir: Path, python: str = sys.executable) -> int:
+    """Start the supervisor of ``attempt_dir`` (holding launch.json) detached; its pid.
+
+    Returns as soon as the interpreter is exec'd (no wait for its start-up). The file is
+    run with ``-I -S`` rather than ``-m``: isolated from PYTHON* variables and the user's
+    site, and no site-packages scan, which shortens the supervisor's start-up.
+    """
+    global _reaper
+    attempt_dir = Path(attempt_dir).resolve()
+    if not (attempt_dir / _supervisor.LAUNCH_FILE).is_file():
+        raise FileNotFoundError(f"no {_supervisor.LAUNCH_FILE} in {attempt_dir}")
+    proc = subprocess.Popen(
+        [python, "-I", "-S", str(SUPERVISOR_SCRIPT), str(attempt_dir)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        close_fds=True,
+        start_new_session=True,  # no signal aimed at the server's group reaches it
+    )
+    with _children_lock:
+        _children[proc.pid] = proc
+        if _reaper is None:
+            _reaper = threading.Thread(target=_reap_forever, name="tau-reaper", daemon=True)
+            _reaper.start()
+    return proc.pid
+
+
+def read_status(attempt_dir: Path) -> dict[str, Any] | None:
+    """The supervisor's status.json; None before it exists (or if it is unreadable)."""
+    try:
+        data = read_json(Path(attempt_dir) / STATUS_FILE)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def read_supervisor_pid(attempt_dir: Path) -> int | None:
+    """The pid in supervisor.pid, written once the supervisor can take a SIGTERM."""
+    try:
+        text = (Path(attempt_dir) / PID_FILE).read_text(encoding="ascii")
+        return int(text.strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _proc_stat_state(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    fields = data[data.rfind(b")") + 2 :].split()
+    return fields[0].decode("ascii", "replace") if fields else None
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process; a zombie (exited, not reaped) counts as dead."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # exists, owned by someone else
+    state = _proc_stat_state(pid)
+    if state is None:
+        # No /proc (not Linux) means kill() is all we know; on Linux it just died.
+        return not os.path.isdir("/proc/self")
+    return state not in ("Z", "X")
+
+
+def _is_supervisor_of(pid: int, attempt_dir: Path) -> bool:
+    """Whether ``pid`` is alive and is the supervisor of ``attempt_dir``, not a recycled pid."""
+    if not pid_alive(pid):
+        return False
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = f.read().split(b"\0")
+        proc_cwd = os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return True  # cannot look closer (not Linux, or not ours to inspect)
+    args = [a for a in args if a]
+    if not args:
+        return False
+    target = os.path.realpath(os.path.join(proc_cwd, os.fsdecode(args[-1])))
+    return target == os.path.realpath(attempt_dir)
+
+
+def supervisor_running(attempt_dir: Path) -> bool:
+    """Whether the supervisor of ``attempt_dir`` is alive (False before it wrote its pid)."""
+    pid = read_supervisor_pid(attempt_dir)
+    return pid is not None and _is_supervisor_of(pid, attempt_dir)
+
+
+def request_cancel(attempt_dir: Path) -> bool:
+    """Ask the attempt's supervisor to stop the workload; False if it is already gone.
+
+    Writes ``cancel`` first, then SIGTERMs the supervisor. A supervisor still starting
+    (no supervisor.pid yet) checks the file before it starts the workload, so a cancel
+    can never be lost; True is returned for that case too.
+    """
+    attempt_dir = Path(attempt_dir)
+    status = read_status(attempt_dir)
+    if status is not None and status.get("phase") == "exited":
+        return False
+    write_json_atomic(attempt_dir / CANCEL_FILE, {"requested_at": time.time()})
+    pid = read_supervisor_pid(attempt_dir)
+    if pid is None:
+        return True
+    if not _is_supervisor_of(pid, attempt_dir):
+        return False
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    return True

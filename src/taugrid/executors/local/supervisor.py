@@ -1,0 +1,485 @@
+"""The per-attempt supervisor: ``python -m taugrid.executors.local.supervisor ATTEMPT_DIR``.
+
+It owns one workload process group for its whole life and records the result in files, so
+a run survives the server being killed. Contract (all inside ATTEMPT_DIR):
+
+- in: ``launch.json``; optional ``cancel`` (a cancel that may arrive before the SIGTERM
+  handler exists, see ``process.request_cancel``);
+- out: ``supervisor.pid`` (created exclusively once signal handlers are installed),
+  ``status.json`` (phase "running", then "exited"), ``output.log`` (the workload's
+  stdout and stderr interleaved), ``supervisor.log`` (this process's own diagnostics).
+
+Start-up time is on the submit-to-running path, so this module imports nothing from
+``taugrid`` and only cheap stdlib modules up front (http.client, shlex, shutil are imported
+when needed). That is why ``_write_json_atomic`` repeats ``files.write_json_atomic``, and
+why ``process.start_supervisor`` can run this file directly with ``python -I -S``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+LAUNCH_FILE = "launch.json"
+STATUS_FILE = "status.json"
+PID_FILE = "supervisor.pid"
+CANCEL_FILE = "cancel"
+OUTPUT_LOG = "output.log"
+SUPERVISOR_LOG = "supervisor.log"
+
+START_FAILED_EXIT_CODE = 127  # what a shell reports for a command it cannot run
+NOTIFY_TIMEOUT_S = 2.0
+DEFAULT_STOP_GRACE_S = 10.0
+# Grace for processes the workload left behind after its main process exited on its own.
+STRAY_GRACE_S = 1.0
+_POLL_S = 0.02
+
+
+def _log(message: str) -> None:
+    # os.write on fd 2 works even when sys.stderr is None (started with fds closed).
+    line = f"{time.strftime('%Y-%m-%dT%H:%M:%S')} supervisor[{os.getpid()}] {message}\n"
+    with contextlib.suppress(OSError):
+        os.write(2, line.encode("utf-8", "replace"))
+
+
+def _write_json_atomic(path: str, data: object) -> None:
+    # Copy of files.write_json_atomic (see the module docstring for why it is not imported).
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, sort_keys=True)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(os.path.dirname(path))
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _redirect(fd: int, targets: tuple[int, ...]) -> None:
+    for target in targets:
+        if fd != target:
+            os.dup2(fd, target)
+    if fd not in targets:
+        os.close(fd)
+
+
+def _detach(attempt_dir: str) -> None:
+    """Cut every tie to the process that started us, so its death cannot reach us."""
+    os.closerange(3, 1 << 16)  # inherited fds would keep the parent's pipes/sockets open
+    if os.getsid(0) != os.getpid():
+        # No controlling terminal, no shared process group. PermissionError: already a
+        # group leader (started with process_group=0); carry on in that group.
+        with contextlib.suppress(PermissionError):
+            os.setsid()
+    _redirect(os.open(os.devnull, os.O_RDONLY), (0,))
+    log = os.open(
+        os.path.join(attempt_dir, SUPERVISOR_LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
+    )
+    _redirect(log, (1, 2))
+
+
+def _stat_fields(pid: str) -> list[str] | None:
+    """Fields of /proc/<pid>/stat after the command name (state first)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    return data[data.rfind(b")") + 2 :].decode("ascii", "replace").split()
+
+
+def _group_has_live_members(pgid: int) -> bool:
+    """Whether any non-zombie process is still in the process group ``pgid``."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    if not os.path.isdir("/proc/self"):
+        return True  # cannot tell zombies apart: callers fall back to their deadline
+    # killpg(0) also succeeds for zombies (our unreaped main process, orphans init has not
+    # reaped yet), so look at the state of each member.
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            fields = _stat_fields(name)
+            if fields and len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in "ZX":
+                return True
+    return False
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _argv(command: list[str] | str, setup: str | None) -> list[str]:
+    if isinstance(command, str):
+        if setup:
+            # Braces (not a subshell) so `cd` or `export` in setup apply to the command; the
+            # newlines let either part end with a comment or `&`.
+            return ["/bin/sh", "-c", f"{{ {setup}\n}} && {{\n{command}\n}}"]
+        return ["/bin/sh", "-c", command]
+    if setup:
+        import shlex
+
+        return ["/bin/sh", "-c", f"{{ {setup}\n}} && exec {shlex.join(command)}"]
+    return list(command)
+
+
+def _check_launch(launch: Any) -> str | None:
+    """A problem with launch.json, or None."""
+    if not isinstance(launch, dict):
+        return "launch.json is not an object"
+    cmd = launch.get("command")
+    if not (isinstance(cmd, str) and cmd.strip()) and not (
+        isinstance(cmd, list) and cmd and all(isinstance(a, str) for a in cmd)
+    ):
+        return "command must be a non-empty string or list of strings"
+    env = launch.get("env")
+    if not isinstance(env, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+    ):
+        return "env must map strings to strings"
+    if not isinstance(launch.get("cwd"), str):
+        return "cwd must be a string"
+    if launch.get("setup") is not None and not isinstance(launch["setup"], str):
+        return "setup must be a string or null"
+    return None
+
+
+class Supervisor:
+    def __init__(self, attempt_dir: str) -> None:
+        self.dir = attempt_dir
+        self.launch: dict[str, Any] = {}
+        self.cancel_signalled = False
+        self.pid: int | None = None
+        self.pgid: int | None = None
+        self.started_at: float | None = None
+        self._started_mono = 0.0
+        self._wake_r = -1
+
+    # -- files -----------------------------------------------------------------------
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.dir, name)
+
+    def cancel_requested(self) -> bool:
+        return self.cancel_signalled or os.path.exists(self.path(CANCEL_FILE))
+
+    def append_output(self, message: str) -> None:
+        with open(self.path(OUTPUT_LOG), "a", encoding="utf-8") as f:
+            f.write(f"taugrid: {message}\n")
+
+    def write_status(self, status: dict[str, Any]) -> None:
+        status["supervisor_pid"] = os.getpid()
+        _write_json_atomic(self.path(STATUS_FILE), status)
+        self.notify(status)
+
+    def notify(self, status: dict[str, Any]) -> None:
+        """POST the status to the server; best effort (the server also polls the files)."""
+        notify = self.launch.get("notify")
+        if not isinstance(notify, dict):
+            return
+        try:
+            import http.client
+            import urllib.parse
+
+            with open(notify["token_file"], encoding="utf-8") as f:
+                token = f.read().strip()
+            url = urllib.parse.urlsplit(notify["url"])
+            https = url.scheme == "https"
+            conn_cls = http.client.HTTPSConnection if https else http.client.HTTPConnection
+            port = url.port or (443 if https else 80)
+            conn = conn_cls(url.hostname or "127.0.0.1", port, timeout=NOTIFY_TIMEOUT_S)
+            target = (url.path or "/") + (f"?{url.query}" if url.query else "")
+            body = json.dumps({"attempt_dir": self.dir, "status": status}).encode()
+            try:
+                conn.request(
+                    "POST",
+                    target,
+                    body=body,
+                    headers={
+                        "Authorization": f"Bearer {token}",
+                        "Content-Type": "application/json",
+                    },
+                )
+                conn.getresponse().read()
+            finally:
+                conn.close()
+        except Exception as exc:  # any failure is fine: the server polls status.json
+            _log(f"notify failed: {exc!r}")
+
+    # -- life cycle ------------------------------------------------------------------
+
+    def install_signals(self) -> None:
+        def on_term(signum: int, frame: object) -> None:
+            self.cancel_signalled = True
+
+        def ignore(signum: int, frame: object) -> None:
+            pass
+
+        # A Python-level no-op handler rather than SIG_IGN: handled signals revert to the
+        # default at exec, ignored ones would stay ignored in the workload.
+        signal.signal(signal.SIGTERM, on_term)
+        signal.signal(signal.SIGHUP, ignore)
+        signal.signal(signal.SIGINT, ignore)
+        signal.signal(signal.SIGCHLD, ignore)
+        # The wakeup fd turns any of these signals (child exit, cancel) into a readable
+        # pipe, so the main loop can sleep in select() without polling.
+        r, w = os.pipe()
+        os.set_blocking(r, False)
+        os.set_blocking(w, False)
+        signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+        self._wake_r = r
+
+    def claim_pid_file(self) -> bool:
+        """Write supervisor.pid, failing if another supervisor already owns this attempt."""
+        final = self.path(PID_FILE)
+        tmp = f"{final}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="ascii") as f:
+            f.write(f"{os.getpid()}\n")
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, final)  # atomic, and fails if the file exists
+        except FileExistsError:
+            return False
+        finally:
+            os.unlink(tmp)
+        _fsync_dir(self.dir)
+        return True
+
+    def exited_status(self, outcome: str, **fields: Any) -> dict[str, Any]:
+        status: dict[str, Any] = {
+            "phase": "exited",
+            "pid": self.pid,
+            "pgid": self.pgid,
+            "started_at": self.started_at,
+            "finished_at": time.time(),
+            "exit_code": None,
+            "signal": None,
+            "outcome": outcome,
+            "missing_outputs": [],
+        }
+        status.update(fields)
+        return status
+
+    def run(self) -> int:
+        self.install_signals()
+        if not self.claim_pid_file():
+            _log("another supervisor owns this attempt; exiting without touching it")
+            return 1
+        try:
+            with open(self.path(LAUNCH_FILE), encoding="utf-8") as f:
+                launch = json.load(f)
+            problem = _check_launch(launch)
+        except (OSError, ValueError) as exc:
+            launch, problem = {}, f"cannot read {LAUNCH_FILE}: {exc}"
+        if problem is not None:
+            self.launch = launch if isinstance(launch, dict) else {}
+            self.append_output(problem)
+            self.write_status(self.exited_status("failed", error=problem))
+            return 1
+        self.launch = launch
+        if self.cancel_requested():
+            self.write_status(self.exited_status("cancelled"))
+            return 0
+        proc = self.start()
+        if proc is None:
+            return 0
+        try:
+            exit_info = self.wait(proc)
+        except BaseException as exc:
+            # Never leave a workload without an owner: stop it, then record the failure.
+            if proc.returncode is None:  # not reaped yet, so its group id is still ours
+                _killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            self.write_status(self.exited_status("failed", error=f"supervisor error: {exc!r}"))
+            raise
+        self.write_status(exit_info)
+        return 0
+
+    def start(self) -> subprocess.Popen[bytes] | None:
+        launch = self.launch
+        cwd = launch["cwd"]
+        output_dir = launch.get("output_dir")
+        if isinstance(output_dir, str) and output_dir:
+            try:
+                os.makedirs(output_dir, exist_ok=True)
+            except OSError as exc:
+                _log(f"cannot create output_dir: {exc}")
+        argv = _argv(launch["command"], launch.get("setup"))
+        log_fd = os.open(self.path(OUTPUT_LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            if not os.path.isdir(cwd):
+                raise FileNotFoundError(f"working directory {cwd} does not exist")
+            proc = subprocess.Popen(
+                argv,
+                cwd=cwd,
+                env=launch["env"],
+                stdin=subprocess.DEVNULL,
+                stdout=log_fd,
+                stderr=log_fd,
+                start_new_session=True,  # own process group: one signal reaches it all
+                close_fds=True,
+            )
+        except OSError as exc:
+            error = f"cannot start the workload: {exc}"
+            os.write(log_fd, f"taugrid: {error}\n".encode("utf-8", "replace"))
+            os.close(log_fd)
+            missing = self.copy_outputs()
+            self.write_status(
+                self.exited_status(
+                    "failed",
+                    exit_code=START_FAILED_EXIT_CODE,
+                    error=error,
+                    missing_outputs=missing,
+                )
+            )
+            return None
+        os.close(log_fd)
+        self.pid = proc.pid
+        self.started_at = time.time()
+        self._started_mono = time.monotonic()
+        try:
+            self.pgid = os.getpgid(proc.pid)
+        except OSError:
+            self.pgid = proc.pid
+        self.write_status(
+            {
+                "phase": "running",
+                "pid": self.pid,
+                "pgid": self.pgid,
+                "started_at": self.started_at,
+            }
+        )
+        return proc
+
+    def _sleep(self, timeout: float | None) -> None:
+        select.select([self._wake_r], [], [], timeout)
+        try:
+            while os.read(self._wake_r, 512):
+                pass
+        except BlockingIOError:
+            pass
+
+    def wait(self, proc: subprocess.Popen[bytes]) -> dict[str, Any]:
+        """Wait for the workload, stopping it on cancel or timeout; the exited status."""
+        assert self.pgid is not None
+        pgid = self.pgid
+        grace_s = self.launch.get("stop_grace_s")
+        grace = DEFAULT_STOP_GRACE_S if grace_s is None else float(grace_s)
+        timeout_s = self.launch.get("timeout_s")
+        # From the start, not from here: the "running" notify may have taken a while.
+        deadline = None if timeout_s is None else self._started_mono + float(timeout_s)
+        reason: str | None = None  # "cancelled" | "timeout" once we start stopping
+        kill_at: float | None = None
+        while True:
+            # WNOWAIT: see the exit without reaping, so the pid (= pgid) stays reserved
+            # and signalling the group below cannot hit a recycled process group.
+            if os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT):
+                break
+            now = time.monotonic()
+            if reason is None:
+                if self.cancel_requested():
+                    reason = "cancelled"
+                elif deadline is not None and now >= deadline:
+                    reason = "timeout"
+                if reason is not None:
+                    _log(f"stopping the workload ({reason}): SIGTERM to group {pgid}")
+                    _killpg(pgid, signal.SIGTERM)
+                    kill_at = now + grace
+            if kill_at is not None and now >= kill_at:
+                _log(f"grace over: SIGKILL to group {pgid}")
+                _killpg(pgid, signal.SIGKILL)
+                kill_at = None  # sent; the exit will wake us
+            next_events = (kill_at, deadline if reason is None else None)
+            wake = [t - now for t in next_events if t is not None]
+            self._sleep(max(0.0, min([1.0, *wake])))
+        finished_at = time.time()
+        # The main process is gone; nothing else of this run may outlive it.
+        if reason is None:
+            if _group_has_live_members(pgid):
+                _killpg(pgid, signal.SIGTERM)
+            kill_at = time.monotonic() + min(grace, STRAY_GRACE_S)
+        elif kill_at is None:
+            kill_at = time.monotonic()
+        while time.monotonic() < kill_at and _group_has_live_members(pgid):
+            time.sleep(_POLL_S)
+        _killpg(pgid, signal.SIGKILL)
+        returncode = proc.wait()  # reap last: frees the pid and the group id
+        if reason is None:
+            reason = "succeeded" if returncode == 0 else "failed"
+        sig = -returncode if returncode < 0 else None
+        return self.exited_status(
+            reason,
+            exit_code=128 + sig if sig is not None else returncode,
+            signal=sig,
+            finished_at=finished_at,
+            missing_outputs=self.copy_outputs(),
+        )
+
+    def copy_outputs(self) -> list[str]:
+        """Copy ``outputs`` from cwd into output_dir; the ones that could not be copied."""
+        outputs = self.launch.get("outputs") or []
+        output_dir = self.launch.get("output_dir")
+        if not outputs or not isinstance(output_dir, str):
+            return list(outputs)
+        import shutil
+
+        cwd = os.path.realpath(self.launch["cwd"])
+        missing: list[str] = []
+        for rel in outputs:
+            src = os.path.normpath(os.path.join(cwd, str(rel)))
+            inside = src == cwd or src.startswith(cwd + os.sep)
+            if not inside or not os.path.lexists(src):
+                missing.append(rel)
+                continue
+            dst = os.path.join(output_dir, os.path.relpath(src, cwd))
+            try:
+                if os.path.realpath(src) == os.path.realpath(dst):
+                    continue  # already where it belongs (output_dir inside cwd)
+                os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
+                if os.path.isdir(src) and not os.path.islink(src):
+                    shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True)
+                else:
+                    shutil.copy2(src, dst, follow_symlinks=False)
+            except OSError as exc:
+                _log(f"cannot copy output {rel}: {exc}")
+                self.append_output(f"cannot copy output {rel}: {exc}")
+                missing.append(rel)
+        return missing
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        sys.stderr.write("usage: python -m taugrid.executors.local.supervisor ATTEMPT_DIR\n")
+        return 2
+    attempt_dir = os.path.abspath(argv[1])
+    _detach(attempt_dir)
+    try:
+        return Supervisor(attempt_dir).run()
+    except BaseException:
+        import traceback
+
+        _log("crashed:\n" + traceback.format_exc())
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,1 @@
+"""The control plane: FastAPI app, run service and the engine loop."""

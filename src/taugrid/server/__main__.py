@@ -1,0 +1,54 @@
+"""``python -m taugrid.server``: what ``tau server start`` and the CLI's auto-start run."""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import logging
+import os
+import socket
+import sys
+from pathlib import Path
+
+from taugrid.home import tau_home
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="tau-server")
+    ap.add_argument("--home", type=Path, default=None)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--gpus", type=int, default=None, help="GPUs to offer (default TAU_LOCAL_GPUS)")
+    ap.add_argument("--database-url", default=None)
+    args = ap.parse_args(argv)
+
+    import uvicorn
+
+    from taugrid.server.app import create_app
+    from taugrid.server.settings import ServerSettings
+
+    home = (args.home or tau_home()).resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    # One server per TAU_HOME: the lock lives as long as this process, even after kill -9.
+    lock = os.open(home / "server.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print(f"another tau server already runs for {home}", file=sys.stderr)
+        return 3
+    settings = ServerSettings.from_env(
+        home, host=args.host, port=args.port, gpus=args.gpus, db_url=args.database_url
+    )
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((settings.host, settings.port))
+    port = sock.getsockname()[1]
+    app = create_app(settings, public_url=f"http://{settings.host}:{port}")
+    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=3)
+    uvicorn.Server(config).run(sockets=[sock])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

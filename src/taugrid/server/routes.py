@@ -1,0 +1,165 @@
+"""HTTP routes of /api/v1: thin translations between HTTP and :class:`RunService`."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi.responses import FileResponse, StreamingResponse
+
+from taugrid.server.schemas import (
+    ArtifactList,
+    ArtifactOut,
+    AttemptOut,
+    AttemptStatusReport,
+    EventOut,
+    RunDetail,
+    RunList,
+    RunOut,
+    SpecRecord,
+    SubmitRequest,
+    SubmitResponse,
+)
+from taugrid.server.services import RunService
+from taugrid.store.runs import Row, RunFilter
+
+router = APIRouter(prefix="/api/v1")
+
+
+def _svc(request: Request) -> RunService:
+    svc: RunService = request.app.state.service
+    return svc
+
+
+def run_out(r: Row) -> RunOut:
+    return RunOut(
+        id=r["id"],
+        name=r["name"],
+        workspace=r["workspace"],
+        queue=r["queue"],
+        priority=r["priority"],
+        state=r["state"],
+        reason=r["reason"],
+        message=r["message"],
+        created_at=r["created_at"],
+        updated_at=r["updated_at"],
+        started_at=r["started_at"],
+        finished_at=r["finished_at"],
+        exit_code=r["exit_code"],
+        attempts=r["attempt_count"],
+        gpus=r["gpus"],
+        submitter=r["submitter"],
+        spec_hash=r["spec_hash"],
+        cancel_requested=r["cancel_requested_at"] is not None,
+    )
+
+
+@router.head("/snapshots/{digest}")
+def head_snapshot(digest: str, request: Request) -> Response:
+    return Response(status_code=200 if _svc(request).has_snapshot(digest) else 404)
+
+
+@router.put("/snapshots/{digest}", status_code=201)
+async def put_snapshot(digest: str, request: Request) -> dict[str, str]:
+    import io
+
+    body = await request.body()  # archives are capped by the client's snapshot size limit
+    _svc(request).put_snapshot(digest, io.BytesIO(body))
+    return {"digest": digest}
+
+
+@router.post("/runs", response_model=SubmitResponse)
+def submit(
+    req: SubmitRequest,
+    request: Request,
+    response: Response,
+    idempotency_key: Annotated[str | None, Header()] = None,
+) -> SubmitResponse:
+    run, created = _svc(request).submit(req, idempotency_key)
+    response.status_code = 201 if created else 200
+    return SubmitResponse(run=run_out(run), created=created)
+
+
+@router.get("/runs", response_model=RunList)
+def list_runs(
+    request: Request,
+    state: Annotated[list[str] | None, Query()] = None,
+    name: str | None = None,
+    since: Annotated[float | None, Query(description="unix seconds")] = None,
+    workspace: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    cursor: str | None = None,
+) -> RunList:
+    flt = RunFilter(
+        states=[s.upper() for s in state or []], name=name, since=since, workspace=workspace
+    )
+    rows, nxt = _svc(request).list_runs(flt, limit, cursor)
+    return RunList(runs=[run_out(r) for r in rows], next_cursor=nxt)
+
+
+@router.get("/runs/{ref}", response_model=RunDetail)
+def get_run(ref: str, request: Request) -> RunDetail:
+    svc = _svc(request)
+    r = svc.get(ref)
+    return RunDetail(
+        **run_out(r).model_dump(),
+        spec=SpecRecord(
+            source=r["spec_source"],
+            file_text=r["spec_file_text"],
+            overrides=r["spec_overrides"],
+            resolved=r["spec_resolved"],
+            hash=r["spec_hash"],
+            snapshot_digest=r["snapshot_digest"],
+        ),
+        env=r["env_summary"],
+        events=[EventOut(**_pick(e, EventOut)) for e in svc.store.events(r["id"])],
+        attempt_list=[AttemptOut(**_pick(a, AttemptOut)) for a in svc.store.attempts(r["id"])],
+    )
+
+
+@router.get("/runs/{ref}/events", response_model=list[EventOut])
+def get_events(ref: str, request: Request) -> list[EventOut]:
+    svc = _svc(request)
+    return [EventOut(**_pick(e, EventOut)) for e in svc.store.events(svc.get(ref)["id"])]
+
+
+@router.get("/runs/{ref}/logs", response_class=StreamingResponse)
+def get_logs(
+    ref: str,
+    request: Request,
+    attempt: Annotated[int | None, Query(ge=0)] = None,
+    tail: Annotated[int | None, Query(ge=0)] = None,
+    follow: bool = False,
+) -> StreamingResponse:
+    stream = _svc(request).log_stream(ref, attempt, tail, follow)
+    return StreamingResponse(stream, media_type="text/plain; charset=utf-8")
+
+
+@router.post("/runs/{ref}/cancel", response_model=RunOut)
+def cancel(ref: str, request: Request) -> RunOut:
+    return run_out(_svc(request).cancel(ref))
+
+
+@router.get("/runs/{ref}/artifacts", response_model=ArtifactList)
+def list_artifacts(ref: str, request: Request) -> ArtifactList:
+    run_id, files = _svc(request).artifacts(ref)
+    return ArtifactList(run_id=run_id, artifacts=[ArtifactOut(**f) for f in files])
+
+
+@router.get("/runs/{ref}/artifacts/{path:path}", response_class=FileResponse)
+def get_artifact(ref: str, path: str, request: Request) -> FileResponse:
+    return FileResponse(_svc(request).artifact_path(ref, path))
+
+
+@router.post("/internal/attempt-status", status_code=204)
+def attempt_status(report: AttemptStatusReport, request: Request) -> Response:
+    """Supervisors push here the moment a process starts or ends; the files stay the
+    truth, this only saves the engine a polling interval."""
+    _svc(request).engine.wake()
+    request.app.state.last_report = time.time()
+    return Response(status_code=204)
+
+
+def _pick(row: Row, model: type[Any]) -> dict[str, Any]:
+    return {k: row[k] for k in model.model_fields}

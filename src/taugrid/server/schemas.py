@@ -1,0 +1,108 @@
+"""Wire shapes of /api/v1. These are also the stable ``-o json`` output of the CLI
+(documented in docs/api.md); add fields, never rename or remove them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class SubmitRequest(BaseModel):
+    spec_source: str
+    file_text: str | None = None
+    overrides: list[str] = Field(default_factory=list)
+    resolved: dict[str, Any]
+    spec_hash: str
+    snapshot_digest: str = Field(pattern=r"^[0-9a-f]{64}$")
+    submitter: str = "unknown"
+    env: dict[str, str] = Field(
+        default_factory=dict, description="Submitter environment (allow-listed names only)."
+    )
+
+
+class EventOut(BaseModel):
+    at: float
+    from_state: str | None
+    to_state: str
+    reason: str
+    message: str
+
+
+class AttemptOut(BaseModel):
+    attempt: int
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+    exit_code: int | None
+    signal: int | None
+    outcome: str | None
+    placement: dict[str, Any]
+
+
+class RunOut(BaseModel):
+    id: str
+    name: str
+    workspace: str
+    queue: str
+    priority: str | None
+    state: str
+    reason: str
+    message: str
+    created_at: float
+    updated_at: float
+    started_at: float | None
+    finished_at: float | None
+    exit_code: int | None
+    attempts: int
+    gpus: int
+    submitter: str
+    spec_hash: str
+    cancel_requested: bool
+
+
+class SpecRecord(BaseModel):
+    source: str
+    file_text: str | None
+    overrides: list[str]
+    resolved: dict[str, Any]
+    hash: str
+    snapshot_digest: str
+
+
+class RunDetail(RunOut):
+    spec: SpecRecord
+    env: dict[str, str]
+    events: list[EventOut]
+    attempt_list: list[AttemptOut]
+
+
+class SubmitResponse(BaseModel):
+    run: RunOut
+    created: bool
+
+
+class RunList(BaseModel):
+    runs: list[RunOut]
+    next_cursor: str | None
+
+
+class ArtifactOut(BaseModel):
+    path: str
+    size: int
+
+
+class ArtifactList(BaseModel):
+    run_id: str
+    artifacts: list[ArtifactOut]
+
+
+class AttemptStatusReport(BaseModel):
+    attempt_dir: str
+    status: dict[str, Any]
+
+
+class Health(BaseModel):
+    status: str
+    version: str
+    runs: int | None = None

@@ -1,0 +1,249 @@
+"""Run service: what the API does, independent of HTTP."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from pydantic import ValidationError
+
+from taugrid.domain.admission import never_fits
+from taugrid.domain.runid import new_run_id
+from taugrid.domain.states import Reason, RunState
+from taugrid.domain.workload_env import submitter_env
+from taugrid.errors import Conflict, NotFound, SpecError, SpecProblem, Unschedulable, UsageError
+from taugrid.executors.local.executor import LocalExecutor
+from taugrid.server.engine import RunEngine
+from taugrid.server.schemas import SubmitRequest
+from taugrid.spec import TauSpec
+from taugrid.store.runs import Row, RunFilter, RunStore, Transition
+
+S = RunState
+LOG_CHUNK = 64 * 1024
+
+
+class RunService:
+    def __init__(
+        self, store: RunStore, executor: LocalExecutor, engine: RunEngine, snapshots_dir: Path
+    ) -> None:
+        self.store = store
+        self.executor = executor
+        self.engine = engine
+        self.snapshots_dir = snapshots_dir
+
+    # -- snapshots ----------------------------------------------------------------------
+    def has_snapshot(self, digest: str) -> bool:
+        return self._snapshot_path(digest).exists()
+
+    def put_snapshot(self, digest: str, body: IO[bytes]) -> None:
+        """Store an uploaded archive under its sha256, refusing bytes that don't match."""
+        final = self._snapshot_path(digest)
+        self.snapshots_dir.mkdir(parents=True, exist_ok=True)
+        tmp = final.with_suffix(f".{os.getpid()}.{time.monotonic_ns()}.part")
+        h = hashlib.sha256()
+        with tmp.open("wb") as out:
+            while chunk := body.read(1 << 20):
+                h.update(chunk)
+                out.write(chunk)
+            out.flush()
+            os.fsync(out.fileno())
+        if h.hexdigest() != digest:
+            tmp.unlink()
+            raise UsageError(f"snapshot content does not match its digest {digest}")
+        os.replace(tmp, final)
+
+    def _snapshot_path(self, digest: str) -> Path:
+        if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+            raise UsageError("snapshot digest must be 64 lowercase hex characters")
+        return self.snapshots_dir / f"{digest}.tar.gz"
+
+    # -- submit -------------------------------------------------------------------------
+    def submit(self, req: SubmitRequest, idempotency_key: str | None) -> tuple[Row, bool]:
+        spec = _validate(req)
+        if not self.has_snapshot(req.snapshot_digest):
+            raise UsageError(f"snapshot {req.snapshot_digest[:12]} was not uploaded")
+        gpus = spec.resources.gpus
+        if never_fits(gpus, self.engine.capacity):
+            have = len(self.engine.capacity.gpu_indices)
+            raise Unschedulable(
+                f"run asks for {gpus} GPU(s) but this machine offers {have}; "
+                "start the server with --gpus N (or TAU_LOCAL_GPUS) if it has more"
+            )
+        name = spec.name or "run"
+        row = {
+            "id": new_run_id(name),
+            "name": name,
+            "workspace": spec.workspace,
+            "queue": spec.queue,
+            "priority": spec.priority,
+            "submitter": req.submitter,
+            "idempotency_key": idempotency_key,
+            "spec_source": req.spec_source,
+            "spec_file_text": req.file_text,
+            "spec_overrides": req.overrides,
+            "spec_resolved": req.resolved,
+            "spec_hash": req.spec_hash,
+            "snapshot_digest": req.snapshot_digest,
+            # Re-filter: the server, not the client, guarantees no secrets enter records.
+            "env_summary": submitter_env(req.env),
+            "gpus": gpus,
+        }
+        run, created = self.store.create_run(
+            row,
+            [
+                Transition(S.PENDING, Reason.SUBMITTED, f"submitted by {req.submitter}"),
+                Transition(S.QUEUED, Reason.QUEUED, f"waiting for admission in queue {spec.queue}"),
+            ],
+        )
+        if created:
+            self.engine.wake()
+        return run, created
+
+    # -- reads --------------------------------------------------------------------------
+    def get(self, ref: str) -> Row:
+        return self.store.resolve(ref)
+
+    def list_runs(self, flt: RunFilter, limit: int, cursor: str | None) -> tuple[list[Row], str | None]:
+        before = _parse_cursor(cursor) if cursor else None
+        rows = self.store.list_runs(flt, limit=limit + 1, before=before)
+        nxt = None
+        if len(rows) > limit:
+            rows = rows[:limit]
+            nxt = f"{rows[-1]['created_at']!r}:{rows[-1]['id']}"
+        return rows, nxt
+
+    # -- cancel -------------------------------------------------------------------------
+    def cancel(self, ref: str) -> Row:
+        run = self.store.resolve(ref)
+        state = RunState(run["state"])
+        if state.terminal:
+            raise Conflict(f"run {run['id']} already {state}")
+        if state in (S.PENDING, S.QUEUED, S.PREEMPTED, S.RESTARTING):
+            try:
+                return self.store.transition(
+                    run["id"],
+                    Transition(S.CANCELLED, Reason.CANCELLED, "cancelled before start"),
+                    fields={"cancel_requested_at": time.time(), "finished_at": time.time()},
+                )
+            except Conflict:
+                run = self.store.resolve(run["id"])  # admitted meanwhile: stop the process
+        if run["cancel_requested_at"] is None:
+            self.store.update_fields(run["id"], cancel_requested_at=time.time())
+        self.engine.wake()
+        return self.store.resolve(run["id"])
+
+    # -- logs ---------------------------------------------------------------------------
+    def log_stream(
+        self, ref: str, attempt: int | None, tail: int | None, follow: bool
+    ) -> Iterator[bytes]:
+        run = self.store.resolve(ref)
+        if run["attempt_count"] == 0:
+            if not follow:
+                return iter(())
+            run = self._wait_for_attempt(run["id"])
+        k = run["attempt_count"] - 1 if attempt is None else attempt
+        if not 0 <= k < max(run["attempt_count"], 1):
+            raise NotFound(f"run {run['id']} has no attempt {k}")
+        return self._follow(run["id"], k, tail, follow)
+
+    def _wait_for_attempt(self, run_id: str) -> Row:
+        while True:
+            run = self.store.get(run_id)
+            assert run is not None
+            if run["attempt_count"] > 0 or RunState(run["state"]).terminal:
+                return run
+            time.sleep(0.1)
+
+    def _follow(self, run_id: str, k: int, tail: int | None, follow: bool) -> Iterator[bytes]:
+        path = self.executor.log_path(run_id, k)
+        while follow and not path.exists() and not self._attempt_over(run_id, k):
+            time.sleep(0.05)
+        if not path.exists():
+            return
+        with path.open("rb") as f:
+            if tail is not None:
+                f.seek(_tail_offset(f, tail))
+            while True:
+                chunk = f.read(LOG_CHUNK)
+                if chunk:
+                    yield chunk
+                    continue
+                if not follow:
+                    return
+                if self._attempt_over(run_id, k):
+                    rest = f.read()  # the final bytes written before the exit was recorded
+                    if rest:
+                        yield rest
+                    return
+                time.sleep(0.05)
+
+    def _attempt_over(self, run_id: str, k: int) -> bool:
+        run = self.store.get(run_id)
+        if run is None or run["attempt_count"] - 1 > k:
+            return True
+        return RunState(run["state"]) not in (S.ADMITTED, S.RUNNING, S.QUEUED, S.PENDING)
+
+    # -- artifacts ----------------------------------------------------------------------
+    def artifacts(self, ref: str) -> tuple[str, list[dict[str, Any]]]:
+        run = self.store.resolve(ref)
+        root = self.executor.output_dir(run["id"])
+        files = []
+        if root.exists():
+            for p in sorted(root.rglob("*")):
+                if p.is_file() and not p.is_symlink():
+                    files.append({"path": p.relative_to(root).as_posix(), "size": p.stat().st_size})
+        return run["id"], files
+
+    def artifact_path(self, ref: str, rel: str) -> Path:
+        run = self.store.resolve(ref)
+        root = self.executor.output_dir(run["id"]).resolve()
+        path = (root / rel).resolve()
+        if not path.is_relative_to(root) or not path.is_file():
+            raise NotFound(f"run {run['id']} has no artifact '{rel}'")
+        return path
+
+
+def _validate(req: SubmitRequest) -> TauSpec:
+    """The server re-validates: a client is never trusted to have done it."""
+    try:
+        return TauSpec.model_validate(req.resolved)
+    except ValidationError as exc:
+        raise SpecError(
+            [
+                SpecProblem(req.spec_source, None, None, ".".join(map(str, e["loc"])), e["msg"])
+                for e in exc.errors()
+            ]
+        ) from None
+
+
+def _parse_cursor(cursor: str) -> tuple[float, str]:
+    try:
+        at, rid = cursor.split(":", 1)
+        return float(at), rid
+    except ValueError:
+        raise UsageError(f"bad cursor {cursor!r}") from None
+
+
+def _tail_offset(f: IO[bytes], lines: int) -> int:
+    """Offset where the last ``lines`` lines start, reading backwards in blocks."""
+    end = f.seek(0, os.SEEK_END)
+    if lines <= 0:
+        return end
+    pos, found, block = end, 0, 8192
+    while pos > 0:
+        step = min(block, pos)
+        pos -= step
+        f.seek(pos)
+        data = f.read(step)
+        if pos + step == end and data.endswith(b"\n"):
+            data = data[:-1]  # the final newline ends the last line; it doesn't start one
+        for i in range(len(data) - 1, -1, -1):
+            if data[i] == 0x0A:
+                found += 1
+                if found == lines:
+                    return pos + i + 1
+    return 0

@@ -1,0 +1,81 @@
+"""Table definitions. Migrations in ``migrations/versions`` must produce exactly this
+schema; a test compares the two with Alembic's autogenerate."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
+
+metadata = MetaData()
+
+runs = Table(
+    "runs",
+    metadata,
+    Column("id", String(63), primary_key=True),
+    Column("name", String(63), nullable=False),
+    Column("workspace", String(63), nullable=False),
+    Column("queue", String(63), nullable=False),
+    Column("priority", String(63), nullable=True),
+    Column("state", String(16), nullable=False),
+    Column("reason", String(32), nullable=False),
+    Column("message", Text, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    Column("started_at", Float, nullable=True),
+    Column("finished_at", Float, nullable=True),
+    Column("exit_code", Integer, nullable=True),
+    Column("submitter", String(255), nullable=False),
+    Column("idempotency_key", String(128), nullable=True, unique=True),
+    Column("spec_source", Text, nullable=False),
+    Column("spec_file_text", Text, nullable=True),
+    Column("spec_overrides", JSON, nullable=False),
+    Column("spec_resolved", JSON, nullable=False),
+    Column("spec_hash", String(64), nullable=False),
+    Column("snapshot_digest", String(64), nullable=False),
+    Column("env_summary", JSON, nullable=False),
+    Column("gpus", Integer, nullable=False),
+    Column("queued_seq", Integer, nullable=False),
+    Column("attempt_count", Integer, nullable=False),
+    Column("cancel_requested_at", Float, nullable=True),
+    Index("ix_runs_created_at", "created_at"),
+    Index("ix_runs_name_created", "name", "created_at"),
+    Index("ix_runs_state", "state"),
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", String(63), ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+    Column("at", Float, nullable=False),
+    Column("from_state", String(16), nullable=True),
+    Column("to_state", String(16), nullable=False),
+    Column("reason", String(32), nullable=False),
+    Column("message", Text, nullable=False),
+    Index("ix_events_run_id", "run_id", "id"),
+)
+
+attempts = Table(
+    "attempts",
+    metadata,
+    Column("run_id", String(63), ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    Column("attempt", Integer, primary_key=True),
+    Column("created_at", Float, nullable=False),
+    Column("started_at", Float, nullable=True),
+    Column("finished_at", Float, nullable=True),
+    Column("exit_code", Integer, nullable=True),
+    Column("signal", Integer, nullable=True),
+    Column("outcome", String(16), nullable=True),
+    Column("placement", JSON, nullable=False),
+    Column("attempt_dir", Text, nullable=False),
+)

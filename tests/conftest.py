@@ -1,0 +1,34 @@
+"""Shared fixtures. Services a test needs may be missing on a developer's machine; there
+the test skips with the reason. CI sets TAU_REQUIRE_SERVICES=1 and then it fails."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+POSTGRES_URL = os.environ.get(
+    "TAU_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+
+
+def require_service(available: bool, why: str) -> None:
+    if available:
+        return
+    if os.environ.get("TAU_REQUIRE_SERVICES") == "1":
+        pytest.fail(f"required service missing in CI: {why}")
+    pytest.skip(why)
+
+
+@pytest.fixture
+def postgres_url() -> str:
+    import sqlalchemy
+
+    try:
+        eng = sqlalchemy.create_engine(POSTGRES_URL)
+        with eng.begin() as conn:
+            conn.exec_driver_sql("DROP TABLE IF EXISTS attempts, events, runs, alembic_version")
+        eng.dispose()
+    except Exception as exc:
+        require_service(False, f"PostgreSQL not reachable at {POSTGRES_URL}: {exc}")
+    return POSTGRES_URL

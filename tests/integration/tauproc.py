@@ -1,0 +1,120 @@
+"""Drive the real ``tau`` CLI and server processes from tests."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+TAU = [sys.executable, "-m", "taugrid.cli.main"]
+
+
+@dataclass
+class Tau:
+    """Runs the CLI against one TAU_HOME and can start, kill and restart its server."""
+
+    home: Path
+    cwd: Path
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    def env(self, **more: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TAU_")}
+        env.update(TAU_HOME=str(self.home), **self.extra_env, **more)
+        return env
+
+    def __call__(
+        self,
+        *args: str,
+        check: bool = False,
+        timeout: float = 60,
+        cwd: Path | None = None,
+        **env: str,
+    ) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [*TAU, *args],
+            cwd=cwd or self.cwd,
+            env=self.env(**env),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(
+                f"tau {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+            )
+        return proc
+
+    def json(self, *args: str, **kw: Any) -> Any:
+        """Run with ``-o json`` (placed before any ``--``) and parse the output."""
+        argv = list(args)
+        at = argv.index("--") if "--" in argv else len(argv)
+        argv[at:at] = ["-o", "json"]
+        return json.loads(self(*argv, check=True, **kw).stdout)
+
+    def server_info(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads((self.home / "server.json").read_text())
+        return data
+
+    def token(self) -> str:
+        return (self.home / "token").read_text().strip()
+
+    def start_server(self, *args: str) -> dict[str, Any]:
+        self("server", "start", *args, check=True)
+        return self.server_info()
+
+    def kill_server(self) -> None:
+        pid = int(self.server_info()["pid"])
+        os.kill(pid, signal.SIGKILL)
+        wait_gone(pid)
+
+    def stop_server(self) -> None:
+        self("server", "stop")
+
+    def wait_state(self, run: str, states: set[str], timeout: float = 30) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            data: dict[str, Any] = self.json("status", run)
+            if data["state"] in states:
+                return data
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{run} stuck in {data['state']}, wanted {states}")
+            time.sleep(0.1)
+
+
+def wait_gone(pid: int, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"pid {pid} still alive")
+
+
+def kill_leftover_supervisors(home: Path) -> None:
+    """A failed test must not leave workloads behind for the next one."""
+    for adir in home.glob("runs/*/attempts/*"):
+        try:
+            status = json.loads((adir / "status.json").read_text())
+            if status.get("phase") == "running":
+                os.killpg(int(status["pgid"]), signal.SIGKILL)
+        except (OSError, ValueError, KeyError):
+            pass
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int((adir / "supervisor.pid").read_text().strip()), signal.SIGKILL)
+
+
+def write_spec(dirpath: Path, text: str, name: str = "tau.yaml") -> Path:
+    dirpath.mkdir(parents=True, exist_ok=True)
+    path = dirpath / name
+    path.write_text(text)
+    return path
