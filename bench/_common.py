@@ -73,6 +73,7 @@ def machine() -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "platform": platform.platform(),
         "python": platform.python_version(),
+        "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
     }
 
 
@@ -362,9 +363,7 @@ def wait_state(
 
 def hold_gpu(api: Api, digest: str, workdir: Path) -> str:
     """Submit a long ``sleep`` asking for the server's one GPU; return once it RUNS."""
-    body = submit_body(
-        ["sleep", "600"], digest, workdir, ["resources.gpus=1", "name=gpu-holder"]
-    )
+    body = submit_body(["sleep", "600"], digest, workdir, ["resources.gpus=1", "name=gpu-holder"])
     run_id: str = api.submit(body, "bench-gpu-holder")["run"]["id"]
     wait_state(api, run_id, {"RUNNING"}, timeout=30)
     return run_id

@@ -172,7 +172,11 @@ class RunEngine:
             metrics_file=str(self.executor.metrics_file(run["id"], attempt)),
             gpu_indices=gpus,
         )
-        env = workload_env(run["env_summary"], spec.get("env") or {}, ctx)
+        # `${VAR}` left in env values refers to the submitter's environment or TAU_*.
+        base = workload_env(run["env_summary"], {}, ctx)
+        spec_env: dict[str, str] = spec.get("env") or {}
+        expanded = expand_at_launch(list(spec_env.values()), base)
+        env = workload_env(run["env_summary"], dict(zip(spec_env, expanded, strict=True)), ctx)
         command = spec["command"]
         if isinstance(command, list):
             command = expand_at_launch(command, env)

@@ -107,7 +107,9 @@ class RunService:
     def get(self, ref: str) -> Row:
         return self.store.resolve(ref)
 
-    def list_runs(self, flt: RunFilter, limit: int, cursor: str | None) -> tuple[list[Row], str | None]:
+    def list_runs(
+        self, flt: RunFilter, limit: int, cursor: str | None
+    ) -> tuple[list[Row], str | None]:
         before = _parse_cursor(cursor) if cursor else None
         rows = self.store.list_runs(flt, limit=limit + 1, before=before)
         nxt = None

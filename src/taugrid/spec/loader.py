@@ -109,8 +109,10 @@ def _resolve(
             loc: Loc = tuple(error["loc"])
             on_key = loc[-1:] == ("[key]",) or error["type"] == "extra_forbidden"
             loc = loc[:-1] if loc[-1:] == ("[key]",) else loc
-            if any(loc[: len(bad)] == bad for bad in doc.rejected):
-                continue
+            if any(loc[: len(bad)] == bad for bad in doc.rejected) or (
+                error["type"] == "missing" and loc[:-1] in doc.incomplete
+            ):
+                continue  # already reported as a YAML problem
             raw = doc.raw.get(loc) if locate.from_file(loc) else None
             problems.append(locate(loc, pydantic_message(error, loc, raw), on_key=on_key))
     workdir = base_dir / str(data.get("workdir", "."))

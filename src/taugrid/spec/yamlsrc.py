@@ -35,6 +35,7 @@ class Document:
     keys: dict[Loc, Pos] = field(default_factory=dict)  # where each mapping key starts
     raw: dict[Loc, str] = field(default_factory=dict)  # scalar text as written
     rejected: set[Loc] = field(default_factory=set)  # values already reported as bad YAML
+    incomplete: set[Loc] = field(default_factory=set)  # mappings that lost a merge key
 
 
 def _pos(node: Node) -> Pos:
@@ -96,7 +97,8 @@ class _Converter:
         for key_node, value_node in node.value:
             key_pos = _pos(key_node)
             if key_node.tag == _STD_TAG + "merge":
-                self._reject(key_pos, loc, "YAML merge keys (<<) are not supported")
+                self._problem(key_pos, loc, "YAML merge keys (<<) are not supported")
+                self.doc.incomplete.add(loc)  # fields it would have given are not "missing"
                 continue
             if not (isinstance(key_node, ScalarNode) and key_node.tag == _STD_TAG + "str"):
                 shown = key_node.value if isinstance(key_node, ScalarNode) else "?"

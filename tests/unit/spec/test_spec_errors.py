@@ -220,6 +220,13 @@ def test_unsupported_yaml_features(tmp_path: Path) -> None:
     ]
 
 
+def test_merge_key_at_top_does_not_hide_other_problems(tmp_path: Path) -> None:
+    assert problems(tmp_path, "<<: {command: x}\nnodes: 0\n") == [
+        "tau.yaml:1:1: YAML merge keys (<<) are not supported",
+        "tau.yaml:2:8: nodes: must be at least 1, got 0",
+    ]
+
+
 def test_many_problems_reported_together_in_file_order(tmp_path: Path) -> None:
     text = (
         "name: Bad\n"
