@@ -10,6 +10,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip==25.3
 	$(BIN)/pip install -q -e '.[dev,examples]'
+	$(BIN)/python -m compileall -q src
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -37,6 +37,7 @@ REPO = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO / "bench" / "results"
 VENV_BIN = Path(sys.prefix) / "bin"  # the venv running the benchmark (has `tau`)
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
+_LOAD_AT_START = os.getloadavg()
 
 
 # -- statistics --------------------------------------------------------------------------
@@ -73,6 +74,7 @@ def machine() -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "platform": platform.platform(),
         "python": platform.python_version(),
+        "load_average_at_start": [round(x, 2) for x in _LOAD_AT_START],
         "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
     }
 
@@ -96,12 +98,14 @@ def print_headlines(rows: Sequence[dict[str, Any]]) -> None:
     for row in rows:
         target = f"   target {row['target']}" if row.get("target") else ""
         verdict = {True: "  [ok]", False: "  [MISSED]", None: ""}[row.get("ok")]
-        print(f"  {row['metric']:<44} {_fmt(row['value']):>10}{target}{verdict}")
+        print(f"  {row['metric']:<44} {fmt_value(row['value']):>10}{target}{verdict}")
 
 
-def _fmt(value: Any) -> str:
+def fmt_value(value: Any) -> str:
     if isinstance(value, float):
-        return f"{value:,.3f}" if abs(value) < 100 else f"{value:,.0f}"
+        if abs(value) < 10:
+            return f"{value:,.3f}"
+        return f"{value:,.1f}" if abs(value) < 1000 else f"{value:,.0f}"
     return str(value)
 
 

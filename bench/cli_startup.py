@@ -108,23 +108,33 @@ def time_once(argv: list[str], env: dict[str, str]) -> float:
     return elapsed
 
 
-def importtime_top(env: dict[str, str], n: int = 10) -> list[dict[str, Any]]:
-    """``python -X importtime tau status``: the n imports with the largest cumulative time."""
-    proc = subprocess.run(
-        [str(VENV_BIN / "python"), "-X", "importtime", str(VENV_BIN / "tau"), "status"],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        check=True,
-    )
-    rows = []
-    for line in proc.stderr.splitlines():
-        if not line.startswith("import time:") or "cumulative" in line:
-            continue
-        self_us, cum_us, name = line.split(":", 1)[1].split("|")
-        rows.append({"module": name.strip(), "self_us": int(self_us), "cumulative_us": int(cum_us)})
+def importtime_top(env: dict[str, str], n: int = 10, repeat: int = 3) -> list[dict[str, Any]]:
+    """``python -X importtime tau status`` (median of ``repeat`` runs per module): the ``n``
+    imports with the largest cumulative time. -X importtime itself slows imports down."""
+    per_module: dict[str, list[tuple[int, int]]] = {}
+    for _ in range(repeat):
+        proc = subprocess.run(
+            [str(VENV_BIN / "python"), "-X", "importtime", str(VENV_BIN / "tau"), "status"],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            check=True,
+        )
+        for line in proc.stderr.splitlines():
+            if not line.startswith("import time:") or "cumulative" in line:
+                continue
+            self_us, cum_us, name = line.split(":", 1)[1].split("|")
+            per_module.setdefault(name.strip(), []).append((int(self_us), int(cum_us)))
+    rows = [
+        {
+            "module": name,
+            "self_us": int(median(s for s, _ in v)),
+            "cumulative_us": int(median(c for _, c in v)),
+        }
+        for name, v in per_module.items()
+    ]
     rows.sort(key=lambda r: -r["cumulative_us"])
     return rows[:n]
 

@@ -76,6 +76,14 @@ def latency_part() -> dict[str, Any]:
     pop_exec: list[float] = []
     pop_wait: list[float] = []
     states: dict[str, int] = {}
+    # where the time goes, from the run's own record: send -> created_at (the submit
+    # request), created_at -> ADMITTED event (engine wake-up and admission), ADMITTED ->
+    # started_at (snapshot unpack, launch.json, supervisor start, workload Popen)
+    phases: dict[str, list[float]] = {
+        "send_to_created": [],
+        "created_to_admitted": [],
+        "admitted_to_started": [],
+    }
     with BenchServer(f"{NAME}-lat") as srv, tempfile.TemporaryDirectory() as cwd:
         api = srv.api()
         digest = upload_snapshot(api)
@@ -96,6 +104,10 @@ def latency_part() -> dict[str, Any]:
                 lat.append(run["started_at"] - sent)
                 acks.append(acked - sent)
                 states[run["state"]] = states.get(run["state"], 0) + 1
+                admitted = next(e["at"] for e in run["events"] if e["to_state"] == "ADMITTED")
+                phases["send_to_created"].append(run["created_at"] - sent)
+                phases["created_to_admitted"].append(admitted - run["created_at"])
+                phases["admitted_to_started"].append(run["started_at"] - admitted)
             pe, pw = popen_true(Path(cwd))
             if i >= WARMUP:
                 pop_exec.append(pe)
@@ -115,6 +127,7 @@ def latency_part() -> dict[str, Any]:
             "max": ms(max(lat)),
         },
         "submit_ack_ms": {"p50": ms(median(acks)), "p99": ms(percentile(acks, 99))},
+        "breakdown_p50_ms": {name: ms(median(v)) for name, v in phases.items()},
         "popen_exec_ms": {"p50": ms(base), "p99": ms(percentile(pop_exec, 99))},
         "popen_exec_wait_ms": {"p50": ms(median(pop_wait)), "p99": ms(percentile(pop_wait, 99))},
         "overhead_p50_ms": ms(p50 - base),
@@ -230,6 +243,11 @@ def main() -> dict[str, Any]:
     print(
         f"  submit->RUNNING p50 {s['p50']:.1f} ms  p99 {s['p99']:.1f} ms  "
         f"(submit acknowledged p50 {lat['submit_ack_ms']['p50']:.1f} ms)"
+    )
+    b = lat["breakdown_p50_ms"]
+    print(
+        f"  p50 breakdown: send->created {b['send_to_created']:.1f} ms, created->ADMITTED "
+        f"{b['created_to_admitted']:.1f} ms, ADMITTED->started {b['admitted_to_started']:.1f} ms"
     )
     print(
         f"  Popen(['true']) p50 {lat['popen_exec_ms']['p50']:.2f} ms to exec, "

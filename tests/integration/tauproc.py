@@ -25,7 +25,13 @@ class Tau:
     extra_env: dict[str, str] = field(default_factory=dict)
 
     def env(self, **more: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TAU_")}
+        # Let the CLI cache its bytecode even where the shell disables it: 200 CLI runs
+        # recompiling the spec package would dominate the suite.
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("TAU_") and k != "PYTHONDONTWRITEBYTECODE"
+        }
         env.update(TAU_HOME=str(self.home), **self.extra_env, **more)
         return env
 

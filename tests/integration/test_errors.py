@@ -93,3 +93,29 @@ def test_unschedulable_run_rejected_at_submit(tau: Tau) -> None:
 def test_debug_shows_traceback(tau: Tau) -> None:
     proc = tau("--debug", "status", TAU_SERVER_URL="http://127.0.0.1:1", TAU_TOKEN="x")
     assert proc.returncode != 0 and "Traceback" in proc.stderr
+
+
+def test_server_that_cannot_start_is_reported_in_one_line(tau: Tau) -> None:
+    proc = tau("status", TAU_DATABASE_URL="postgresql+psycopg://nobody@127.0.0.1:1/none")
+    assert proc.returncode == 3
+    assert "failed to start" in proc.stderr and "server.log" in proc.stderr
+    assert proc.stderr.count("\n") == 1
+
+
+def test_timeout_stops_the_run_with_reason(tau: Tau) -> None:
+    proc = tau(
+        "run",
+        "--wait",
+        "--name",
+        "slow",
+        "--set",
+        "timeout=1s",
+        "--set",
+        "stop_grace=1s",
+        "--",
+        "sleep",
+        "30",
+    )
+    assert proc.returncode != 0
+    data = tau.json("status", "slow")
+    assert (data["state"], data["reason"]) == ("FAILED", "Timeout")

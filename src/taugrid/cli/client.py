@@ -1,4 +1,4 @@
-"""HTTP client of /api/v1, on the standard library so read commands start fast.
+"""Client of the server's /api/v1, on :mod:`taugrid.cli.wire` so read commands start fast.
 
 Errors come back as the server's ``{"error": {"code", "message"}}`` and are raised as
 the matching :class:`~taugrid.errors.TauError` subclass.
@@ -12,6 +12,7 @@ import urllib.parse
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from taugrid.cli import wire
 from taugrid.errors import ERRORS_BY_CODE, AuthError, ServerUnreachable, TauError
 
 Params = Mapping[str, str | int | float | bool | list[str] | None]
@@ -28,10 +29,6 @@ class Client:
         self.timeout = timeout
 
     # -- plumbing -----------------------------------------------------------------------
-    def _conn(self, timeout: float | None) -> http.client.HTTPConnection:
-        cls = http.client.HTTPSConnection if self.https else http.client.HTTPConnection
-        return cls(self.host, self.port, timeout=timeout)
-
     def send(
         self,
         method: str,
@@ -42,49 +39,54 @@ class Client:
         body: bytes | None = None,
         headers: Mapping[str, str] | None = None,
         timeout: float | None = -1.0,
-    ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
-        """Send a request; the caller reads (or streams) the response and closes ``conn``."""
-        url = "/api/v1" + path if not path.startswith("/healthz") else path
+    ) -> wire.Response:
+        """Send a request; the caller reads (or streams) the response and closes it."""
+        url = path if path.startswith("/healthz") else "/api/v1" + path
         if params:
-            url += "?" + urllib.parse.urlencode(
-                [(k, v) for k, v in _flat(params) if v is not None], doseq=True
-            )
+            query = [(k, v) for k, v in _flat(params) if v is not None]
+            if query:
+                url += "?" + urllib.parse.urlencode(query, doseq=True)
         hdrs = {"Accept": "application/json", **(headers or {})}
         if self.token:
             hdrs["Authorization"] = f"Bearer {self.token}"
         if json_body is not None:
             body = json.dumps(json_body).encode()
             hdrs["Content-Type"] = "application/json"
-        conn = self._conn(self.timeout if timeout == -1.0 else timeout)
         try:
-            conn.request(method, url, body=body, headers=hdrs)
-            resp = conn.getresponse()
-        except (TimeoutError, ConnectionError, OSError) as exc:
-            conn.close()
+            resp = wire.request(
+                self.host,
+                self.port,
+                method,
+                url,
+                headers=hdrs,
+                body=body,
+                timeout=self.timeout if timeout == -1.0 else timeout,
+                https=self.https,
+            )
+        except OSError as exc:
             raise ServerUnreachable(
                 f"cannot reach the tau server at {self.base_url}: {exc}"
             ) from exc
         if resp.status >= 400:
             data = resp.read()
-            conn.close()
+            resp.close()
             raise _error_from(resp.status, data)
-        return conn, resp
+        return resp
 
     def call(self, method: str, path: str, **kw: Any) -> Any:
-        conn, resp = self.send(method, path, **kw)
+        resp = self.send(method, path, **kw)
         try:
             data = resp.read()
         finally:
-            conn.close()
+            resp.close()
         return json.loads(data) if data else None
 
     def stream(self, path: str, params: Params | None = None) -> Iterator[bytes]:
-        conn, resp = self.send("GET", path, params=params, timeout=None)
+        resp = self.send("GET", path, params=params, timeout=None)
         try:
-            while chunk := resp.read1(65536):
-                yield chunk
+            yield from resp.iter_bytes()
         finally:
-            conn.close()
+            resp.close()
 
     # -- API ----------------------------------------------------------------------------
     def health(self) -> dict[str, Any]:

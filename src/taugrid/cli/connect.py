@@ -9,7 +9,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -53,6 +52,8 @@ def running_server(home: Path) -> dict[str, object] | None:
 
 def start_server(home: Path, extra_args: list[str] | None = None) -> dict[str, object]:
     """Start ``python -m taugrid.server`` detached, wait until it serves, return its info."""
+    import subprocess
+
     home.mkdir(parents=True, exist_ok=True)
     with (home / "autostart.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two CLIs starting at once start one server

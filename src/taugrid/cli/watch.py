@@ -29,7 +29,7 @@ def wait_for(
     """Poll until the run is terminal, printing each transition as it happens."""
     seen = 0
     deadline = None if timeout is None else time.monotonic() + timeout
-    live = _live_view() if show and sys.stderr.isatty() else None
+    live = _Live() if show and sys.stderr.isatty() else None
     try:
         while True:
             run = client.get_run(run_id)
@@ -44,7 +44,8 @@ def wait_for(
             if live:
                 started = run.get("started_at")
                 elapsed = human_seconds(time.time() - started) if started else "-"
-                live.update(f"{run['id']}  {run['state']}  {elapsed}")
+                line = _last_log_line(client, run) if run["attempts"] else ""
+                live.update(f"{run['id']}  {run['state']}  {elapsed}  [dim]{line}[/dim]")
             if run["state"] in TERMINAL:
                 break
             if deadline is not None and time.monotonic() > deadline:
@@ -62,6 +63,13 @@ def wait_for(
     return run
 
 
+def _last_log_line(client: Client, run: dict[str, Any]) -> str:
+    from rich.markup import escape
+
+    text = b"".join(client.stream(f"/runs/{run['id']}/logs", {"tail": 1}))
+    return escape(text.decode(errors="replace").strip()[-100:])
+
+
 def follow_logs(client: Client, run_id: str) -> dict[str, Any]:
     out = sys.stdout.buffer
     for chunk in client.stream(f"/runs/{run_id}/logs", {"follow": True}):
@@ -71,6 +79,8 @@ def follow_logs(client: Client, run_id: str) -> dict[str, Any]:
 
 
 class _Live:
+    """One status line on a terminal: run, state, elapsed time and its latest log line."""
+
     def __init__(self) -> None:
         from rich.console import Console
 
@@ -83,7 +93,3 @@ class _Live:
 
     def stop(self) -> None:
         self.status.stop()
-
-
-def _live_view() -> _Live:
-    return _Live()

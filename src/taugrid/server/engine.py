@@ -119,27 +119,21 @@ class RunEngine:
         self._cancels_sent.discard((run["id"], run["attempt_count"] - 1))
 
     def _admit(self) -> None:
-        queued = self.store.in_states([S.QUEUED])
-        if not queued:
+        pending = [PendingRun(rid, gpus, seq) for rid, gpus, seq in self.store.queued()]
+        if not pending:
             return
-        in_use: set[int] = set()
-        for run in self.store.in_states([S.ADMITTED, S.RUNNING]):
-            att = self.store.attempt(run["id"], run["attempt_count"] - 1)
-            if att:
-                in_use.update(att["placement"].get("gpus", []))
-        pending = [PendingRun(r["id"], r["gpus"], r["queued_seq"]) for r in queued]
-        by_id = {r["id"]: r for r in queued}
-        cap = Capacity(self.capacity.gpu_indices, frozenset(in_use))
+        cap = Capacity(self.capacity.gpu_indices, frozenset(self.store.gpus_in_use()))
         for adm in decide_admissions(pending, cap):
-            run = by_id[adm.run_id]
+            run = self.store.get(adm.run_id)
+            if run is None:
+                continue
             attempt = run["attempt_count"]
-            placement = {"host": "local", "gpus": list(adm.gpu_indices)}
             gpus = ",".join(map(str, adm.gpu_indices)) or "none"
             moved = self._move(
                 run,
                 Transition(S.ADMITTED, Reason.ADMITTED, f"admitted on local (GPUs: {gpus})"),
                 new_attempt={
-                    "placement": placement,
+                    "placement": {"host": "local", "gpus": list(adm.gpu_indices)},
                     "attempt_dir": str(self.executor.attempt_dir(run["id"], attempt)),
                 },
             )

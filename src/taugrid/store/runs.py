@@ -166,6 +166,34 @@ class RunStore:
         with self.engine.connect() as conn:
             return [dict(r) for r in conn.execute(q).mappings()]
 
+    def queued(self) -> list[tuple[str, int, int]]:
+        """(id, gpus, queued_seq) of every queued run, FIFO: what admission needs, no more."""
+        q = (
+            select(runs.c.id, runs.c.gpus, runs.c.queued_seq)
+            .where(runs.c.state == RunState.QUEUED.value)
+            .order_by(runs.c.queued_seq)
+        )
+        with self.engine.connect() as conn:
+            return [(r.id, r.gpus, r.queued_seq) for r in conn.execute(q)]
+
+    def gpus_in_use(self) -> set[int]:
+        """GPU indices placed on the current attempt of every admitted or running run."""
+        q = (
+            select(attempts.c.placement)
+            .join(
+                runs,
+                and_(
+                    runs.c.id == attempts.c.run_id, attempts.c.attempt == runs.c.attempt_count - 1
+                ),
+            )
+            .where(runs.c.state.in_([RunState.ADMITTED.value, RunState.RUNNING.value]))
+        )
+        used: set[int] = set()
+        with self.engine.connect() as conn:
+            for (placement,) in conn.execute(q):
+                used.update(placement.get("gpus", []))
+        return used
+
     def events(self, run_id: str) -> list[Row]:
         q = select(events).where(events.c.run_id == run_id).order_by(events.c.id)
         with self.engine.connect() as conn:

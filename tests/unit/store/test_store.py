@@ -162,3 +162,27 @@ def test_state_survives_reconnect(tmp_path: Path) -> None:
         assert RunStore(eng2).get("keep-00001") is not None
     finally:
         eng2.dispose()
+
+
+def test_queued_heads_and_gpus_in_use(engine: Engine) -> None:
+    store = RunStore(engine)
+    for i, gpus in enumerate((2, 1, 0)):
+        store.create_run({**row(f"g-{i:05d}"), "gpus": gpus}, SUBMIT)
+    assert [(rid, g) for rid, g, _ in store.queued()] == [
+        ("g-00000", 2),
+        ("g-00001", 1),
+        ("g-00002", 0),
+    ]
+    store.transition(
+        "g-00000",
+        Transition(S.ADMITTED, Reason.ADMITTED, "a"),
+        new_attempt={"placement": {"gpus": [0, 3]}, "attempt_dir": "/a"},
+    )
+    store.transition(
+        "g-00001",
+        Transition(S.ADMITTED, Reason.ADMITTED, "a"),
+        new_attempt={"placement": {"gpus": [1]}, "attempt_dir": "/b"},
+    )
+    store.transition("g-00001", Transition(S.FAILED, Reason.START_FAILED, "x"))
+    assert store.gpus_in_use() == {0, 3}  # a finished run frees its GPUs
+    assert [rid for rid, _, _ in store.queued()] == ["g-00002"]

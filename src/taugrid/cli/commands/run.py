@@ -69,7 +69,7 @@ def command(
     idempotency_key: str | None,
     output: str,
 ) -> None:
-    from taugrid.spec import load_spec, spec_from_command
+    from taugrid.spec import inactive_fields, load_spec, spec_from_command
 
     if detach and (wait or follow):
         raise UsageError("--detach cannot be combined with --wait or --follow")
@@ -98,6 +98,9 @@ def command(
             )
         loaded = load_spec(path, overrides)
 
+    if output != "json":
+        for note in inactive_fields(loaded.spec, "local"):
+            click.echo(f"note: {note}", err=True)
     client = connect()
     digest = upload_snapshot(client, loaded.workdir, list(loaded.spec.exclude))
     payload: dict[str, Any] = {
