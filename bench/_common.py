@@ -164,6 +164,9 @@ class Api:
                 if not tries_left:
                     raise
                 continue
+            except BaseException:
+                self.close()  # never reuse a connection left mid-request
+                raise
             if resp.status not in ok:
                 raise ApiError(resp.status, data)
             return json.loads(data) if data else None
@@ -248,6 +251,10 @@ class BenchServer:
 
     def __enter__(self) -> BenchServer:
         atexit.register(self.stop)
+        if threading.current_thread() is threading.main_thread():
+            # SIGTERM/SIGHUP would end the process without running finally or atexit.
+            signal.signal(signal.SIGTERM, _exit_on_signal)
+            signal.signal(signal.SIGHUP, _exit_on_signal)
         try:
             self.start()
         except BaseException:
@@ -317,6 +324,10 @@ class BenchServer:
         shutil.rmtree(self.home, ignore_errors=True)
 
 
+def _exit_on_signal(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def kill_processes_under(home: Path, rounds: int = 5) -> int:
     """SIGKILL every process whose command line names ``home`` or whose cwd is in it.
 
@@ -382,3 +393,39 @@ def count_events(db: Path) -> int:
         return int(conn.execute("SELECT count(*) FROM events").fetchone()[0])
     finally:
         conn.close()
+
+
+def raw_commits_per_s(path: Path, seconds: float = 2.0) -> dict[str, Any]:
+    """Raw SQLite commits/s on the disk holding ``path``: WAL, synchronous=FULL (as the
+    server), one single-row INSERT of an event-shaped row per transaction, in this process."""
+    import sqlite3
+
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        conn.execute("PRAGMA synchronous=FULL")
+        sync = conn.execute("PRAGMA synchronous").fetchone()[0]
+        conn.execute(
+            "CREATE TABLE events (id INTEGER PRIMARY KEY, run_id TEXT NOT NULL, at REAL NOT NULL,"
+            " from_state TEXT, to_state TEXT NOT NULL, reason TEXT NOT NULL, message TEXT NOT NULL)"
+        )
+        row = ("bench-abcde", 0.0, "QUEUED", "CANCELLED", "Cancelled", "cancelled before start")
+        n = 0
+        t0 = time.perf_counter()
+        deadline = t0 + seconds
+        while time.perf_counter() < deadline:
+            conn.execute("BEGIN")
+            conn.execute(
+                "INSERT INTO events (run_id, at, from_state, to_state, reason, message)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                row,
+            )
+            conn.execute("COMMIT")
+            n += 1
+        elapsed = time.perf_counter() - t0
+    finally:
+        conn.close()
+    assert mode == "wal" and sync == 2, (mode, sync)  # 2 == FULL
+    return {"commits": n, "seconds": round(elapsed, 3), "commits_per_s": round(n / elapsed, 1)}

@@ -27,7 +27,9 @@ def postgres_url() -> str:
     try:
         eng = sqlalchemy.create_engine(POSTGRES_URL)
         with eng.begin() as conn:
-            conn.exec_driver_sql("DROP TABLE IF EXISTS attempts, events, runs, alembic_version")
+            conn.exec_driver_sql(
+                "DROP TABLE IF EXISTS attempts, events, runs, policies, alembic_version"
+            )
         eng.dispose()
     except Exception as exc:
         require_service(False, f"PostgreSQL not reachable at {POSTGRES_URL}: {exc}")

@@ -6,7 +6,6 @@ the matching :class:`~taugrid.errors.TauError` subclass.
 
 from __future__ import annotations
 
-import http.client
 import json
 import urllib.parse
 from collections.abc import Iterator, Mapping

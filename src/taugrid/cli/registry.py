@@ -15,9 +15,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "logs": ("logs", "Print or follow a run's logs."),
     "cancel": ("cancel", "Cancel runs: SIGTERM, grace period, then SIGKILL."),
     "get": ("get", "Download the files a run wrote."),
+    "queues": ("queues", "Show queues: quota, usage, pending and running runs."),
     "validate": ("validate", "Check a tau.yaml without submitting it."),
     "schema": ("schema", "Print the JSON Schema of tau.yaml."),
     "init": ("init", "Write a commented starter tau.yaml."),
     "server": ("server", "Start, stop or inspect the local server."),
+    "admin": ("admin", "Platform administration: policy."),
     "version": ("version", "Print the version of tau."),
 }

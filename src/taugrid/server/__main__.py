@@ -30,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     home = (args.home or tau_home()).resolve()
     home.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     # One server per TAU_HOME: the lock lives as long as this process, even after kill -9.
     lock = os.open(home / "server.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:

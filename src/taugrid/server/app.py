@@ -5,23 +5,26 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request, Response
+from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from taugrid import __version__
 from taugrid.errors import AuthError, TauError
 from taugrid.executors.local.executor import LocalExecutor
+from taugrid.executors.local.gpus import machine_cpus_millis, machine_memory_bytes, probe_gpus
 from taugrid.home import server_info_path, token_path
 from taugrid.server.auth import ensure_token, token_matches
 from taugrid.server.engine import RunEngine
+from taugrid.server.queueing import Machine, Queueing
 from taugrid.server.routes import router
 from taugrid.server.schemas import Health
 from taugrid.server.services import RunService
 from taugrid.server.settings import ServerSettings
 from taugrid.store import RunStore, connect
+from taugrid.store.policies import PolicyStore
 
 log = logging.getLogger("taugrid.server")
 
@@ -34,18 +37,23 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
         home = settings.home
         home.mkdir(parents=True, exist_ok=True)
         token = ensure_token(token_path(home))
-        store = RunStore(connect(settings.db_url))
+        db = connect(settings.db_url)
+        store = RunStore(db)
+        machine = Machine(
+            tuple(probe_gpus(settings.gpus)), machine_cpus_millis(), machine_memory_bytes()
+        )
+        queueing = Queueing(PolicyStore(db), machine)
         notify = f"{public_url}/api/v1/internal/attempt-status" if public_url else None
         executor = LocalExecutor(settings.runs_dir, notify_url=notify, token_file=token_path(home))
         engine = RunEngine(
             store,
             executor,
-            gpus=settings.gpus,
+            queueing,
             snapshots_dir=settings.snapshots_dir,
             poll_interval_s=settings.poll_interval_s,
         )
         app.state.token = token
-        app.state.service = RunService(store, executor, engine, settings.snapshots_dir)
+        app.state.service = RunService(store, executor, engine, queueing, settings.snapshots_dir)
         engine.step()  # re-adopt or finalise runs left by a previous server before serving
         engine.start()
         if public_url:
@@ -67,17 +75,6 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
         redoc_url=None,
     )
 
-    @app.middleware("http")
-    async def require_token(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        path = request.url.path
-        public = path in ("/healthz", "/api/v1/openapi.json", "/api/v1/docs")
-        needs_token = not public and path.startswith("/api/")
-        if needs_token and not token_matches(request.headers.get("authorization"), app.state.token):
-            return _error(AuthError("missing or wrong API token"))
-        return await call_next(request)
-
     @app.exception_handler(TauError)
     async def tau_error(_request: Request, exc: TauError) -> JSONResponse:
         return _error(exc)
@@ -88,8 +85,15 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
             status="ok", version=__version__, runs=request.app.state.service.store.count()
         )
 
-    app.include_router(router)
+    # Every /api/v1 route needs the token (a dependency, not an HTTP middleware: Starlette's
+    # middleware wrapper costs more per request than the rest of a small request).
+    app.include_router(router, dependencies=[Depends(require_token)])
     return app
+
+
+def require_token(request: Request) -> None:
+    if not token_matches(request.headers.get("authorization"), request.app.state.token):
+        raise AuthError("missing or wrong API token")
 
 
 def _error(exc: TauError) -> JSONResponse:

@@ -15,17 +15,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from taugrid.domain.admission import Capacity, PendingRun, decide_admissions
 from taugrid.domain.outcomes import classify_exit
+from taugrid.domain.scheduling import Pending, schedule
 from taugrid.domain.states import Reason, RunState
 from taugrid.domain.workload_env import WorkloadContext, workload_env
 from taugrid.errors import Conflict
 from taugrid.executors.base import LaunchRequest, Observation
 from taugrid.executors.local.executor import LocalExecutor
+from taugrid.server.queueing import Queueing
 from taugrid.spec import expand_at_launch, parse_duration
 from taugrid.store.runs import Row, RunStore, Transition
 
 log = logging.getLogger("taugrid.engine")
+MIN_PASS_INTERVAL_S = 0.01
 S = RunState
 
 
@@ -34,15 +36,19 @@ class RunEngine:
         self,
         store: RunStore,
         executor: LocalExecutor,
+        queueing: Queueing,
         *,
-        gpus: int,
         snapshots_dir: Path,
         poll_interval_s: float = 0.5,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
         self.executor = executor
-        self.capacity = Capacity(gpu_indices=tuple(range(gpus)))
+        self.queueing = queueing
+        # The last scheduling pass's explanation for every queued run (position, reason);
+        # derived state, recomputed on each pass, so it needs no storage.
+        self.pending: dict[str, Pending] = {}
+        self._preempt_messages: dict[str, str] = {}
         self.snapshots_dir = snapshots_dir
         self.poll_interval_s = poll_interval_s
         self.clock = clock
@@ -66,7 +72,12 @@ class RunEngine:
         self._wake.set()
 
     def _loop(self) -> None:
+        last = 0.0
         while not self._stop.is_set():
+            gap = MIN_PASS_INTERVAL_S - (time.monotonic() - last)
+            if gap > 0:  # a burst of wake-ups (many submits) becomes one pass, not one each
+                self._stop.wait(gap)
+            last = time.monotonic()
             self._wake.clear()
             try:
                 self.step()
@@ -78,14 +89,15 @@ class RunEngine:
     def step(self) -> None:
         for run in self.store.in_states([S.ADMITTED, S.RUNNING]):
             self._reconcile_active(run)
-        self._admit()
+        self._schedule()
 
     def _reconcile_active(self, run: Row) -> None:
         rid, attempt = run["id"], run["attempt_count"] - 1
         if not self.executor.is_launched(rid, attempt):
             self._launch(run, attempt)  # admitted, then the server died before launching
             return
-        if run["cancel_requested_at"] is not None and (rid, attempt) not in self._cancels_sent:
+        stop_asked = run["cancel_requested_at"] or run["preempt_requested_at"]
+        if stop_asked is not None and (rid, attempt) not in self._cancels_sent:
             self.executor.cancel(rid, attempt)
             self._cancels_sent.add((rid, attempt))
         obs = self.executor.observe(rid, attempt)
@@ -103,42 +115,107 @@ class RunEngine:
 
     def _finish(self, run: Row, obs: Observation) -> None:
         assert obs.exit is not None
-        verdict = classify_exit(obs.exit)
         now = obs.finished_at or self.clock()
+        attempt_update = {
+            "finished_at": now,
+            "exit_code": obs.exit.exit_code,
+            "signal": obs.exit.signal,
+            "outcome": obs.exit.outcome,
+        }
+        self._cancels_sent.discard((run["id"], run["attempt_count"] - 1))
+        preempted = (
+            run["preempt_requested_at"] is not None
+            and run["cancel_requested_at"] is None
+            and obs.exit.outcome == "cancelled"
+        )
+        if preempted:
+            self._requeue_preempted(run, attempt_update)
+            return
+        verdict = classify_exit(obs.exit)
         self._move(
             run,
             Transition(verdict.state, verdict.reason, verdict.message),
             fields={"finished_at": now, "exit_code": obs.exit.exit_code},
-            attempt_update={
-                "finished_at": now,
-                "exit_code": obs.exit.exit_code,
-                "signal": obs.exit.signal,
-                "outcome": obs.exit.outcome,
+            attempt_update=attempt_update,
+        )
+
+    def _requeue_preempted(self, run: Row, attempt_update: dict[str, Any]) -> None:
+        """PREEMPTED, then back in its queue; it restarts as a new attempt when admitted."""
+        msg = self._preempt_messages.pop(
+            run["id"], "preempted to make room for a higher-priority run"
+        )
+        moved = self._move(
+            run,
+            Transition(S.PREEMPTED, Reason.PREEMPTED, msg),
+            fields={"preempt_requested_at": None, "flavor": None},
+            attempt_update={**attempt_update, "outcome": "preempted"},
+        )
+        if moved is not None:
+            self._move(moved, Transition(S.QUEUED, Reason.QUEUED, "requeued after preemption"))
+
+    def _schedule(self) -> None:
+        queued = self.store.in_states([S.QUEUED])
+        if not queued:
+            self.pending = {}
+            return
+        active = self.store.in_states([S.ADMITTED, S.RUNNING])
+        known = self.queueing.policy.domain.queues
+        schedulable = [r for r in queued if (r["cluster_queue"] or "default") in known]
+        decisions = schedule(self.queueing.snapshot(schedulable, active))
+        pending = dict(decisions.pending)
+        for r in queued:
+            if r not in schedulable:  # its queue left the policy: say so, don't wait silently
+                pending[r["id"]] = Pending(
+                    r["id"],
+                    r["cluster_queue"],
+                    0,
+                    "Misconfigured",
+                    f"cluster queue '{r['cluster_queue']}' is not in the policy in force",
+                )
+        for p in decisions.preemptions:
+            self._preempt_messages[p.victim_id] = p.message
+            self.store.update_fields(p.victim_id, preempt_requested_at=self.clock())
+        if decisions.preemptions:
+            self.wake()  # signal the victims on the next pass
+        by_id = {r["id"]: r for r in queued}
+        in_use = self.store.gpus_in_use()
+        for adm in decisions.admissions:
+            run = by_id[adm.workload_id]
+            need = int((run["requests"] or {}).get("gpu") or run["gpus"])
+            gpus = self.queueing.pick_devices(adm.flavor, need, in_use)
+            if gpus is None:  # quota admits it but no physical GPU is free (policy > machine)
+                pending[run["id"]] = Pending(
+                    run["id"],
+                    adm.cluster_queue,
+                    1,
+                    "WaitingForDevices",
+                    f"quota admits it, but no free GPU of flavor {adm.flavor} is on this "
+                    "machine yet",
+                )
+                continue
+            in_use.update(gpus)
+            self._admit(run, adm.flavor, gpus)
+        self.pending = pending
+
+    def _admit(self, run: Row, flavor: str, gpus: tuple[int, ...]) -> None:
+        attempt = run["attempt_count"]
+        shown = ",".join(map(str, gpus)) or "none"
+        moved = self._move(
+            run,
+            Transition(
+                S.ADMITTED,
+                Reason.ADMITTED,
+                f"admitted to {run['cluster_queue'] or 'default'} on flavor {flavor} "
+                f"(GPUs: {shown})",
+            ),
+            fields={"flavor": flavor},
+            new_attempt={
+                "placement": {"host": "local", "flavor": flavor, "gpus": list(gpus)},
+                "attempt_dir": str(self.executor.attempt_dir(run["id"], attempt)),
             },
         )
-        self._cancels_sent.discard((run["id"], run["attempt_count"] - 1))
-
-    def _admit(self) -> None:
-        pending = [PendingRun(rid, gpus, seq) for rid, gpus, seq in self.store.queued()]
-        if not pending:
-            return
-        cap = Capacity(self.capacity.gpu_indices, frozenset(self.store.gpus_in_use()))
-        for adm in decide_admissions(pending, cap):
-            run = self.store.get(adm.run_id)
-            if run is None:
-                continue
-            attempt = run["attempt_count"]
-            gpus = ",".join(map(str, adm.gpu_indices)) or "none"
-            moved = self._move(
-                run,
-                Transition(S.ADMITTED, Reason.ADMITTED, f"admitted on local (GPUs: {gpus})"),
-                new_attempt={
-                    "placement": {"host": "local", "gpus": list(adm.gpu_indices)},
-                    "attempt_dir": str(self.executor.attempt_dir(run["id"], attempt)),
-                },
-            )
-            if moved is not None:
-                self._launch(moved, attempt)
+        if moved is not None:
+            self._launch(moved, attempt)
 
     def _launch(self, run: Row, attempt: int) -> None:
         try:

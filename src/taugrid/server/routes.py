@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import FileResponse, StreamingResponse
 
+from taugrid.server.queueing import PolicyInForce
 from taugrid.server.schemas import (
     ArtifactList,
     ArtifactOut,
     AttemptOut,
     AttemptStatusReport,
     EventOut,
+    PendingOut,
+    PolicyApply,
+    PolicyOut,
+    QueueList,
+    QueueOut,
     RunDetail,
     RunList,
     RunOut,
@@ -21,7 +28,7 @@ from taugrid.server.schemas import (
     SubmitRequest,
     SubmitResponse,
 )
-from taugrid.server.services import RunService
+from taugrid.server.services import RunService, queue_report
 from taugrid.store.runs import Row, RunFilter
 
 router = APIRouter(prefix="/api/v1")
@@ -32,7 +39,8 @@ def _svc(request: Request) -> RunService:
     return svc
 
 
-def run_out(r: Row) -> RunOut:
+def run_out(r: Row, request: Request) -> RunOut:
+    pend = _svc(request).engine.pending.get(r["id"]) if r["state"] == "QUEUED" else None
     return RunOut(
         id=r["id"],
         name=r["name"],
@@ -52,6 +60,14 @@ def run_out(r: Row) -> RunOut:
         submitter=r["submitter"],
         spec_hash=r["spec_hash"],
         cancel_requested=r["cancel_requested_at"] is not None,
+        pending=PendingOut(
+            cluster_queue=pend.cluster_queue,
+            position=pend.position,
+            reason=pend.reason,
+            message=pend.message,
+        )
+        if pend
+        else None,
     )
 
 
@@ -78,7 +94,7 @@ def submit(
 ) -> SubmitResponse:
     run, created = _svc(request).submit(req, idempotency_key)
     response.status_code = 201 if created else 200
-    return SubmitResponse(run=run_out(run), created=created)
+    return SubmitResponse(run=run_out(run, request), created=created)
 
 
 @router.get("/runs", response_model=RunList)
@@ -95,7 +111,7 @@ def list_runs(
         states=[s.upper() for s in state or []], name=name, since=since, workspace=workspace
     )
     rows, nxt = _svc(request).list_runs(flt, limit, cursor)
-    return RunList(runs=[run_out(r) for r in rows], next_cursor=nxt)
+    return RunList(runs=[run_out(r, request) for r in rows], next_cursor=nxt)
 
 
 @router.get("/runs/{ref}", response_model=RunDetail)
@@ -103,7 +119,7 @@ def get_run(ref: str, request: Request) -> RunDetail:
     svc = _svc(request)
     r = svc.get(ref)
     return RunDetail(
-        **run_out(r).model_dump(),
+        **run_out(r, request).model_dump(),
         spec=SpecRecord(
             source=r["spec_source"],
             file_text=r["spec_file_text"],
@@ -138,7 +154,7 @@ def get_logs(
 
 @router.post("/runs/{ref}/cancel", response_model=RunOut)
 def cancel(ref: str, request: Request) -> RunOut:
-    return run_out(_svc(request).cancel(ref))
+    return run_out(_svc(request).cancel(ref), request)
 
 
 @router.get("/runs/{ref}/artifacts", response_model=ArtifactList)
@@ -163,3 +179,61 @@ def attempt_status(report: AttemptStatusReport, request: Request) -> Response:
 
 def _pick(row: Row, model: type[Any]) -> dict[str, Any]:
     return {k: row[k] for k in model.model_fields}
+
+
+@router.get("/queues", response_model=QueueList)
+def list_queues(request: Request) -> QueueList:
+    svc = _svc(request)
+    usage, lqs = queue_report(svc)
+    return QueueList(
+        policy=svc.queueing.policy.source,
+        queues=[
+            QueueOut(
+                name=name,
+                cohort=u.cohort,
+                strategy=svc.queueing.policy.domain.queues[name].strategy,
+                local_queues=lqs.get(name, []),
+                quota=_plain(u.quota),
+                used=_plain(u.used),
+                borrowed=_plain(u.borrowed),
+                pending=u.pending,
+                running=u.running,
+            )
+            for name, u in sorted(usage.items())
+        ],
+    )
+
+
+def _plain(m: Mapping[str, Mapping[Any, int]]) -> dict[str, dict[str, int]]:
+    return {k: dict(v) for k, v in m.items()}
+
+
+@router.get("/admin/policy", response_model=PolicyOut)
+def get_policy(request: Request) -> PolicyOut:
+    return policy_out(_svc(request).queueing.policy)
+
+
+@router.put("/admin/policy", response_model=PolicyOut)
+def put_policy(body: PolicyApply, request: Request) -> PolicyOut:
+    svc = _svc(request)
+    applied = svc.queueing.apply(body.text, body.source)
+    svc.engine.wake()  # queued runs may fit the new quotas
+    return policy_out(applied)
+
+
+def policy_out(p: PolicyInForce) -> PolicyOut:
+    d = p.domain
+    return PolicyOut(
+        source=p.source,
+        builtin=p.builtin,
+        text=p.text,
+        hash=p.hash,
+        applied_at=p.applied_at,
+        applied_by=p.applied_by,
+        flavors=sorted(d.flavors),
+        cluster_queues=sorted(d.queues),
+        cohorts=sorted({q.cohort for q in d.queues.values() if q.cohort}),
+        priorities=dict(sorted(d.priorities.items(), key=lambda kv: kv[1])),
+        default_priority=d.default_priority,
+        local_queues=sorted(f"{w}/{q}" for w, q in d.local_queues),
+    )

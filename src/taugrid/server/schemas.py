@@ -40,6 +40,15 @@ class AttemptOut(BaseModel):
     placement: dict[str, Any]
 
 
+class PendingOut(BaseModel):
+    """Why a queued run is not running, as of the scheduler's last pass."""
+
+    cluster_queue: str
+    position: int
+    reason: str
+    message: str
+
+
 class RunOut(BaseModel):
     id: str
     name: str
@@ -59,6 +68,7 @@ class RunOut(BaseModel):
     submitter: str
     spec_hash: str
     cancel_requested: bool
+    pending: PendingOut | None = None  # set while QUEUED: position and reason in words
 
 
 class SpecRecord(BaseModel):
@@ -106,3 +116,40 @@ class Health(BaseModel):
     status: str
     version: str
     runs: int | None = None
+
+
+class QueueOut(BaseModel):
+    name: str
+    cohort: str | None
+    strategy: str
+    local_queues: list[str]  # "workspace/queue"
+    quota: dict[str, dict[str, int]]  # flavor -> resource -> nominal (gpu, cpu m, memory B)
+    used: dict[str, dict[str, int]]
+    borrowed: dict[str, dict[str, int]]
+    pending: int
+    running: int
+
+
+class QueueList(BaseModel):
+    queues: list[QueueOut]
+    policy: str  # the source of the policy in force
+
+
+class PolicyApply(BaseModel):
+    source: str = "policy.yaml"
+    text: str
+
+
+class PolicyOut(BaseModel):
+    source: str
+    builtin: bool
+    text: str | None
+    hash: str | None
+    applied_at: float | None
+    applied_by: str | None
+    flavors: list[str]
+    cluster_queues: list[str]
+    cohorts: list[str]
+    priorities: dict[str, int]
+    default_priority: str
+    local_queues: list[str]

@@ -11,13 +11,14 @@ from typing import IO, Any
 
 from pydantic import ValidationError
 
-from taugrid.domain.admission import never_fits
 from taugrid.domain.runid import new_run_id
+from taugrid.domain.scheduling import QueueUsage, queue_usage
 from taugrid.domain.states import Reason, RunState
 from taugrid.domain.workload_env import submitter_env
-from taugrid.errors import Conflict, NotFound, SpecError, SpecProblem, Unschedulable, UsageError
+from taugrid.errors import Conflict, NotFound, SpecError, SpecProblem, UsageError
 from taugrid.executors.local.executor import LocalExecutor
 from taugrid.server.engine import RunEngine
+from taugrid.server.queueing import Queueing
 from taugrid.server.schemas import SubmitRequest
 from taugrid.spec import TauSpec
 from taugrid.store.runs import Row, RunFilter, RunStore, Transition
@@ -28,8 +29,14 @@ LOG_CHUNK = 64 * 1024
 
 class RunService:
     def __init__(
-        self, store: RunStore, executor: LocalExecutor, engine: RunEngine, snapshots_dir: Path
+        self,
+        store: RunStore,
+        executor: LocalExecutor,
+        engine: RunEngine,
+        queueing: Queueing,
+        snapshots_dir: Path,
     ) -> None:
+        self.queueing = queueing
         self.store = store
         self.executor = executor
         self.engine = engine
@@ -66,20 +73,14 @@ class RunService:
         spec = _validate(req)
         if not self.has_snapshot(req.snapshot_digest):
             raise UsageError(f"snapshot {req.snapshot_digest[:12]} was not uploaded")
-        gpus = spec.resources.gpus
-        if never_fits(gpus, self.engine.capacity):
-            have = len(self.engine.capacity.gpu_indices)
-            raise Unschedulable(
-                f"run asks for {gpus} GPU(s) but this machine offers {have}; "
-                "start the server with --gpus N (or TAU_LOCAL_GPUS) if it has more"
-            )
         name = spec.name or "run"
+        run_id = new_run_id(name)
+        queue_fields = self.queueing.admit_fields(spec, req.submitter, run_id)
         row = {
-            "id": new_run_id(name),
+            "id": run_id,
             "name": name,
             "workspace": spec.workspace,
             "queue": spec.queue,
-            "priority": spec.priority,
             "submitter": req.submitter,
             "idempotency_key": idempotency_key,
             "spec_source": req.spec_source,
@@ -90,7 +91,8 @@ class RunService:
             "snapshot_digest": req.snapshot_digest,
             # Re-filter: the server, not the client, guarantees no secrets enter records.
             "env_summary": submitter_env(req.env),
-            "gpus": gpus,
+            "gpus": spec.resources.gpus,
+            **queue_fields,
         }
         run, created = self.store.create_run(
             row,
@@ -249,3 +251,15 @@ def _tail_offset(f: IO[bytes], lines: int) -> int:
                 if found == lines:
                     return pos + i + 1
     return 0
+
+
+def queue_report(svc: RunService) -> tuple[dict[str, QueueUsage], dict[str, list[str]]]:
+    """Usage per cluster queue from the runs in the store, and its local queues."""
+    pol = svc.queueing.policy.domain
+    queued = [r for r in svc.store.in_states([S.QUEUED]) if r["cluster_queue"] in pol.queues]
+    active = svc.store.in_states([S.ADMITTED, S.RUNNING])
+    usage = queue_usage(svc.queueing.snapshot(queued, active))
+    lqs: dict[str, list[str]] = {name: [] for name in pol.queues}
+    for (ws, lq), cq in sorted(pol.local_queues.items()):
+        lqs.setdefault(cq, []).append(f"{ws}/{lq}")
+    return usage, lqs

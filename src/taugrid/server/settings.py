@@ -18,7 +18,7 @@ class ServerSettings:
     db_url: str
     host: str = "127.0.0.1"
     port: int = 0  # 0: pick a free port and publish it in server.json
-    gpus: int = 0  # GPUs this machine offers to runs (declared until NVML detection lands)
+    gpus: int | None = None  # declared GPUs; None: detect them through NVML
     snapshot_limit: int = DEFAULT_SNAPSHOT_LIMIT
     poll_interval_s: float = 0.5
 
@@ -36,7 +36,7 @@ class ServerSettings:
         values: dict[str, object] = {
             "home": home,
             "db_url": os.environ.get("TAU_DATABASE_URL") or default_sqlite_url(home),
-            "gpus": int(os.environ.get("TAU_LOCAL_GPUS", "0") or 0),
+            "gpus": int(os.environ["TAU_LOCAL_GPUS"]) if os.environ.get("TAU_LOCAL_GPUS") else None,
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]

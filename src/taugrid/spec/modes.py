@@ -43,14 +43,6 @@ _ROWS: tuple[_Row, ...] = (
         "checkpoint pruning lands with the checkpoint issue",
     ),
     _Row(_LOCAL, "secrets", bool, "local mode has no secret store; use env or your shell"),
-    _Row(_LOCAL, "queue", lambda v: v != "default", "queues arrive with the scheduler"),
-    _Row(_LOCAL, "priority", lambda v: v is not None, "priorities arrive with the scheduler"),
-    _Row(
-        _LOCAL,
-        "resources.gpu_type",
-        lambda v: v is not None,
-        "local mode uses the machine's GPUs whatever their type",
-    ),
 )
 
 

@@ -65,7 +65,7 @@ _SUFFIX_FACTOR: dict[str, Decimal] = {
 QUANTITY_HELP = "a Kubernetes quantity such as 16Gi, 512Mi or 1G"
 
 
-def _quantity_value(text: str) -> tuple[Decimal, str]:
+def quantity_value(text: str) -> tuple[Decimal, str]:
     match = _QUANTITY.fullmatch(text)
     if match is None:
         raise ValueError(f"{text!r} is not {QUANTITY_HELP}")
@@ -74,7 +74,7 @@ def _quantity_value(text: str) -> tuple[Decimal, str]:
         number = Decimal(match["num"])
     except InvalidOperation:  # pragma: no cover - the regex only lets numbers through
         raise ValueError(f"{text!r} is not {QUANTITY_HELP}") from None
-    if suffix[:1] in ("e", "E"):
+    if suffix[:1] in ("e", "E") and suffix not in _SUFFIX_FACTOR:  # 1e3, not 1E or 1Ei
         return number * Decimal(10) ** int(suffix[1:]), suffix
     return number * _SUFFIX_FACTOR[suffix], suffix
 
@@ -92,7 +92,7 @@ def quantity_bytes(value: str | int) -> int:
         if value <= 0:
             raise ValueError(f"must be positive; {QUANTITY_HELP}")
         return value
-    number, suffix = _quantity_value(value)
+    number, suffix = quantity_value(value)
     if suffix in ("m", "u", "n"):
         raise ValueError(
             f"{value!r} means {number} bytes; did you mean {value[:-1]}Mi or {value[:-1]}M?"

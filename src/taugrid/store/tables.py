@@ -47,6 +47,13 @@ runs = Table(
     Column("queued_seq", Integer, nullable=False),
     Column("attempt_count", Integer, nullable=False),
     Column("cancel_requested_at", Float, nullable=True),
+    # Queueing (migration 0002): what the scheduler needs to rebuild its view after a restart.
+    Column("cluster_queue", String(63), nullable=True),
+    Column("priority_value", Integer, nullable=False, server_default="0"),
+    Column("requests", JSON, nullable=True),  # {"gpu": n, "cpu": millicores, "memory": bytes}
+    Column("gpu_type", String(63), nullable=True),
+    Column("flavor", String(63), nullable=True),  # assigned on admission
+    Column("preempt_requested_at", Float, nullable=True),
     Index("ix_runs_created_at", "created_at"),
     Index("ix_runs_name_created", "name", "created_at"),
     Index("ix_runs_state", "state"),
@@ -78,4 +85,15 @@ attempts = Table(
     Column("outcome", String(16), nullable=True),
     Column("placement", JSON, nullable=False),
     Column("attempt_dir", Text, nullable=False),
+)
+
+policies = Table(
+    "policies",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("source", Text, nullable=False),
+    Column("text", Text, nullable=False),
+    Column("hash", String(64), nullable=False),
+    Column("applied_at", Float, nullable=False),
+    Column("applied_by", String(255), nullable=False),
 )

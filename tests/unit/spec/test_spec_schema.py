@@ -174,9 +174,6 @@ def test_inactive_fields_local(tmp_path: Path) -> None:
         "(automatic restart lands with the checkpoint issue)",
         "secrets: HF_TOKEN has no effect in local mode "
         "(local mode has no secret store; use env or your shell)",
-        "priority: normal has no effect in local mode (priorities arrive with the scheduler)",
-        "resources.gpu_type: h100 has no effect in local mode "
-        "(local mode uses the machine's GPUs whatever their type)",
     ]
     assert inactive_fields(spec, "cluster") == [
         "restart.max: 3 has no effect in cluster mode "
@@ -184,10 +181,9 @@ def test_inactive_fields_local(tmp_path: Path) -> None:
     ]
 
 
-def test_inactive_launcher_queue_checkpoint(tmp_path: Path) -> None:
+def test_inactive_launcher_checkpoint_but_not_queue(tmp_path: Path) -> None:
     spec = spec_of(tmp_path, "command: x\nlauncher: ray\nqueue: fast\ncheckpoint: {keep: 5}\n")
     assert [line.split(":")[0] for line in inactive_fields(spec, "local")] == [
         "launcher",
         "checkpoint.keep",
-        "queue",
     ]

@@ -22,11 +22,18 @@ def runs_table(runs: list[dict[str, Any]]) -> str:
             ago(r["created_at"], now),
             duration(r, now),
             exit_text(r),
-            r["reason"],
+            _reason(r),
         ]
         for r in runs
     ]
     return table(["RUN", "STATE", "SUBMITTED", "DURATION", "EXIT", "REASON"], rows)
+
+
+def _reason(run: dict[str, Any]) -> str:
+    pend = run.get("pending")
+    if pend:
+        return f"#{pend['position']} in {pend['cluster_queue']}: {pend['reason']}"
+    return str(run["reason"])
 
 
 def describe(run: dict[str, Any]) -> str:
@@ -45,6 +52,7 @@ def describe(run: dict[str, Any]) -> str:
         f"Started:    {clock(run['started_at'])}",
         f"Finished:   {clock(run['finished_at'])}   Duration: {duration(run)}",
         f"Exit code:  {exit_text(run)}",
+        *_pending_lines(run),
         f"Spec:       {run['spec']['source']}  hash {run['spec']['hash'][:12]}"
         f"  snapshot {run['spec']['snapshot_digest'][:12]}",
     ]
@@ -100,3 +108,14 @@ def command(run: str | None, output: str) -> None:
         click.echo(runs_table(runs))
     else:
         click.echo("No runs yet. Submit one with: tau run -- python train.py")
+
+
+def _pending_lines(run: dict[str, Any]) -> list[str]:
+    pend = run.get("pending")
+    if not pend:
+        return []
+    return [
+        f"Waiting:    #{pend['position']} in cluster queue {pend['cluster_queue']} "
+        f"({pend['reason']})",
+        f"            {pend['message']}",
+    ]

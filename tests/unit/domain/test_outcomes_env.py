@@ -2,7 +2,6 @@ import signal
 
 import pytest
 
-from taugrid.domain.admission import Capacity, PendingRun, decide_admissions, never_fits
 from taugrid.domain.outcomes import AttemptExit, classify_exit
 from taugrid.domain.runid import new_run_id
 from taugrid.domain.states import Reason, RunState
@@ -28,24 +27,6 @@ def test_classify_exit(ex: AttemptExit, state: RunState, reason: Reason) -> None
 
 def test_exit_code_message_names_code() -> None:
     assert "code 3" in classify_exit(AttemptExit("failed", 3)).message
-
-
-def test_fifo_admission_assigns_distinct_gpus_and_head_blocks() -> None:
-    cap = Capacity((0, 1, 2, 3), frozenset({1}))
-    pending = [PendingRun("c", 1, 3), PendingRun("a", 2, 1), PendingRun("b", 2, 2)]
-    adm = decide_admissions(pending, cap)
-    assert [a.run_id for a in adm] == ["a"]  # b needs 2, only 1 left: c may not pass b
-    assert adm[0].gpu_indices == (0, 2)
-
-
-def test_cpu_only_runs_always_fit() -> None:
-    adm = decide_admissions([PendingRun(str(i), 0, i) for i in range(5)], Capacity(()))
-    assert len(adm) == 5
-
-
-def test_never_fits() -> None:
-    assert never_fits(3, Capacity((0, 1)))
-    assert not never_fits(2, Capacity((0, 1)))
 
 
 def test_run_id_shape() -> None:

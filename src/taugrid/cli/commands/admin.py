@@ -1,0 +1,123 @@
+"""Platform administration: policy.
+
+The policy file (policy.yaml) is the platform team's: flavors, cohorts, cluster queues,
+workspaces, priority classes and per-user limits (docs/policy.md).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from taugrid.cli.connect import connect
+from taugrid.cli.output import emit_json, output_option
+from taugrid.errors import UsageError
+
+if TYPE_CHECKING:
+    from taugrid.policy import Policy
+
+
+@click.group(name="admin", help=__doc__)
+def command() -> None:
+    pass
+
+
+@command.group(name="policy", help="Check, render and manage the platform policy (policy.yaml).")
+def policy() -> None:
+    pass
+
+
+def summary(policy: Policy) -> list[str]:
+    """One line per kind of thing the policy declares."""
+    flavors = [f"{f.name} ({f.gpu_type})" if f.gpu_type else f.name for f in policy.flavors]
+    queues = [f"{q.name} [{q.cohort}]" if q.cohort else q.name for q in policy.cluster_queues]
+    priorities = [
+        f"{p.name}={p.value}" + (" (default)" if p.default else "")
+        for p in sorted(policy.priority_classes, key=lambda p: p.value)
+    ]
+    workspaces = [
+        f"{ws.name}: " + ", ".join(f"{lq.name}->{lq.cluster_queue}" for lq in ws.local_queues)
+        for ws in policy.workspaces
+    ]
+    rows = [
+        ("flavors", flavors),
+        ("cluster queues", queues),
+        ("cohorts", [c.name for c in policy.cohorts]),
+        ("priorities", priorities),
+        ("workspaces", workspaces),
+    ]
+    return [f"  {name} ({len(items)}): {'; '.join(items) or '-'}" for name, items in rows]
+
+
+@policy.command(name="validate", help="Check a policy.yaml and summarise what it declares.")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+def validate(file: Path) -> None:
+    from taugrid.policy import load_policy
+
+    loaded = load_policy(file)  # SpecError: one file:line:col line per problem, exit 2
+    click.echo(f"{file}: valid (policy hash {loaded.policy_hash[:12]})")
+    for line in summary(loaded.policy):
+        click.echo(line)
+
+
+@policy.command(name="render", help="Print the Kueue v1beta2 objects (and Namespaces) as YAML.")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path), required=False)
+@click.option(
+    "--namespace-prefix",
+    default="",
+    metavar="P",
+    help="Prefix of each workspace's namespace (namespace = P + workspace).",
+)
+def render(file: Path | None, namespace_prefix: str) -> None:
+    """Without FILE, renders the policy in force on the server."""
+    from taugrid.policy import load_policy, load_policy_text, render_kueue, to_yaml
+
+    if file is not None:
+        loaded = load_policy(file)
+    else:
+        current = connect().call("GET", "/admin/policy")
+        if current["builtin"]:
+            raise UsageError("the server runs the built-in default policy; give a FILE to render")
+        loaded = load_policy_text(current["text"], current["source"])
+    click.echo(to_yaml(render_kueue(loaded.policy, namespace_prefix)), nl=False)
+
+
+@policy.command(name="apply", help="Check a policy.yaml and put it in force on the server.")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@output_option
+def apply(file: Path, output: str) -> None:
+    from taugrid.policy import load_policy
+
+    load_policy(file)  # every problem with its position, before anything is sent
+    data = connect().call(
+        "PUT", "/admin/policy", json_body={"source": str(file), "text": file.read_text()}
+    )
+    if output == "json":
+        emit_json(data)
+    else:
+        click.echo(
+            f"policy from {file} in force (hash {data['hash'][:12]}): "
+            f"{len(data['cluster_queues'])} cluster queue(s), "
+            f"{len(data['local_queues'])} local queue(s)"
+        )
+
+
+@policy.command(name="show", help="Print the policy in force on the server.")
+@output_option
+def show(output: str) -> None:
+    data = connect().call("GET", "/admin/policy")
+    if output == "json":
+        emit_json(data)
+        return
+    if data["builtin"]:
+        click.echo("# built-in default policy (no policy applied)")
+    else:
+        click.echo(f"# {data['source']}, applied by {data['applied_by']}, hash {data['hash'][:12]}")
+        click.echo(data["text"], nl=False)
+        return
+    prios = ", ".join(f"{k}={v}" for k, v in data["priorities"].items())
+    click.echo(f"# cluster queues: {', '.join(data['cluster_queues'])}")
+    click.echo(f"# local queues: {', '.join(data['local_queues'])}")
+    click.echo(f"# priorities: {prios} (default {data['default_priority']})")

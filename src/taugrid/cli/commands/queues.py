@@ -1,0 +1,68 @@
+"""Show queues: quota, usage, pending and running runs.
+
+Usage is shown as used/nominal per resource, with what the queue borrows from its cohort.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from taugrid.cli.connect import connect
+from taugrid.cli.output import emit_json, output_option, table
+
+UNITS = {"gpu": "GPU", "cpu": "CPU", "memory": "mem"}
+
+
+def amount(resource: str, value: int) -> str:
+    if resource == "cpu":
+        return f"{value / 1000:g}"
+    if resource == "memory" and value:
+        return f"{value / 2**30:.0f}Gi" if value >= 2**30 else f"{value / 2**20:.0f}Mi"
+    return str(value)
+
+
+def usage_cell(q: dict[str, Any], resource: str) -> str:
+    """``used/nominal (+borrowed)`` summed over the queue's flavors."""
+    nominal = sum(f.get(resource, 0) for f in q["quota"].values())
+    used = sum(f.get(resource, 0) for f in q["used"].values())
+    borrowed = sum(f.get(resource, 0) for f in q["borrowed"].values())
+    cell = f"{amount(resource, used)}/{amount(resource, nominal)}"
+    return cell + (f" (+{amount(resource, borrowed)})" if borrowed else "")
+
+
+@click.command(name="queues", help=__doc__)
+@output_option
+def command(output: str) -> None:
+    data = connect().call("GET", "/queues")
+    if output == "json":
+        emit_json(data)
+        return
+    rows = [
+        [
+            q["name"],
+            ",".join(q["local_queues"]) or "-",
+            q["cohort"] or "-",
+            *(usage_cell(q, r) for r in UNITS),
+            str(q["pending"]),
+            str(q["running"]),
+        ]
+        for q in data["queues"]
+    ]
+    click.echo(
+        table(
+            [
+                "CLUSTER QUEUE",
+                "LOCAL QUEUES",
+                "COHORT",
+                "GPU",
+                "CPU",
+                "MEMORY",
+                "PENDING",
+                "RUNNING",
+            ],
+            rows,
+        )
+    )
+    click.echo(f"policy: {data['policy']}")

@@ -1,0 +1,336 @@
+"""The local scheduler's cycle over one snapshot; ``scheduling`` documents the rules. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from taugrid.domain.quota import Admitted, ClusterQueue, Resource, Snapshot, Workload
+from taugrid.domain.scheduling_preempt import Victim, find_victims
+from taugrid.domain.scheduling_quota import Demand, QuotaModel, Usage, demand_of
+from taugrid.domain.scheduling_text import (
+    amount,
+    flavor_types,
+    ids,
+    never_sentence,
+    no_room,
+    plural,
+)
+from taugrid.domain.scheduling_types import (
+    Admission,
+    Decisions,
+    Pending,
+    Preemption,
+    queue_order,
+)
+
+
+def never_fits_reason(
+    w: Workload, snap: Snapshot, model: QuotaModel | None = None
+) -> tuple[str, str] | None:
+    """(reason word, sentence) behind ``never_fits``."""
+    cq = snap.queues.get(w.cluster_queue)
+    if cq is None:
+        names = ", ".join(sorted(snap.queues)) or "(none)"
+        return ("QueueNotFound", f"queue {w.cluster_queue} does not exist; queues: {names}")
+    model = model or QuotaModel(snap.queues)
+    demand = demand_of(w)
+    flavors = flavors_for(cq, w.gpu_type, snap)
+    lim = snap.user_limits.get(w.workspace)
+    if lim is not None:
+        gpus = w.requests.get("gpu", 0)
+        if lim.max_running == 0:
+            return ("UserLimit", f"users may run no runs in workspace {w.workspace}")
+        if lim.max_gpus is not None and gpus > lim.max_gpus:
+            return (
+                "UserLimit",
+                f"asks for {amount('gpu', gpus)} but a user may hold at most"
+                f" {lim.max_gpus} in workspace {w.workspace}, so it can never run",
+            )
+    fits_somewhere = any(
+        all(v <= model.max_capacity(cq.name, (f, r)) for r, v in demand) for f in flavors
+    )
+    if flavors and fits_somewhere:
+        return None
+    offered = [fq.flavor for fq in cq.flavors]
+    return never_sentence(w, demand, model, flavor_types(dict(snap.flavors), offered), flavors)
+
+
+def flavors_for(cq: ClusterQueue, gpu_type: str | None, snap: Snapshot) -> tuple[str, ...]:
+    """The queue's flavors that may serve a workload asking for ``gpu_type``, in order."""
+    out = []
+    for fq in cq.flavors:
+        flavor = snap.flavors.get(fq.flavor)
+        if gpu_type is None or (flavor is not None and flavor.gpu_type == gpu_type):
+            out.append(fq.flavor)
+    return tuple(out)
+
+
+@dataclass
+class _Entry:
+    w: Workload
+    demand: Demand
+    flavors: tuple[str, ...]
+    position: int
+    total: int
+    reason: str = ""
+    detail: tuple[str, ...] = ()
+
+
+_ADMITTED, _DEFERRED, _WAITING, _FAILED, _SKIPPED = range(5)
+
+
+class Cycle:
+    """One call of ``schedule``: the two passes over the pending workloads."""
+
+    def __init__(self, snap: Snapshot) -> None:
+        self.snap = snap
+        self.model = QuotaModel(snap.queues)
+        self.now = Usage(self.model)  # what is held: everything admitted, evicting included
+        self.future = Usage(self.model)  # evicting and victims gone, preemptors reserved
+        self.runs: dict[tuple[str, str], int] = {}
+        self.stopping: dict[tuple[str, str], int] = {}  # (queue or cohort, flavor) -> count
+        self.candidates: dict[tuple[str, str], list[tuple[Admitted, Demand]]] = {}
+        self.user_runs: dict[tuple[str, str], int] = {}
+        self.user_gpus: dict[tuple[str, str], int] = {}
+        self.taken: set[str] = set()
+        self.reserved_by: dict[tuple[str, str], list[str]] = {}
+        self.admissions: list[Admission] = []
+        self.preemptions: list[Preemption] = []
+        self.waiting: list[_Entry] = []
+        self.flavor_cache: dict[tuple[str, str | None], tuple[str, ...]] = {}
+        self.admitted_ids: set[str] = set()
+        for a in snap.admitted:
+            w = a.workload
+            d = demand_of(w)
+            key = (w.cluster_queue, a.flavor)
+            self.admitted_ids.add(w.id)
+            self.now.add(w.cluster_queue, a.flavor, d)
+            self.runs[key] = self.runs.get(key, 0) + 1
+            if a.evicting:
+                scope = (self.model.cohort_of.get(w.cluster_queue) or w.cluster_queue, a.flavor)
+                self.stopping[scope] = self.stopping.get(scope, 0) + 1
+            else:
+                self.future.add(w.cluster_queue, a.flavor, d)
+                self.candidates.setdefault(key, []).append((a, d))
+            self._count_user(w, 1)
+
+    # -- the two passes -----------------------------------------------------------------
+    def run(self) -> Decisions:
+        entries = self._entries()
+        blocked: dict[str, _Entry] = {}
+        stopped: set[str] = set()
+        deferred: list[_Entry] = []
+        for e in entries:
+            q = e.w.cluster_queue
+            if q in blocked:
+                self._block(e, blocked[q])
+            elif q in stopped:
+                deferred.append(e)
+            else:
+                result = self._step(e, borrow=False)
+                if result == _DEFERRED:
+                    stopped.add(q)
+                    deferred.append(e)
+                elif result in (_WAITING, _FAILED) and self._strict(q):
+                    blocked[q] = e
+        for e in deferred:
+            q = e.w.cluster_queue
+            if q in blocked:
+                self._block(e, blocked[q])
+            elif self._step(e, borrow=True) in (_WAITING, _FAILED) and self._strict(q):
+                blocked[q] = e
+        pending = {e.w.id: self._pending(e) for e in self.waiting}
+        return Decisions(tuple(self.admissions), tuple(self.preemptions), pending)
+
+    def _strict(self, q: str) -> bool:
+        return self.snap.queues[q].strategy == "StrictFIFO"
+
+    def _entries(self) -> list[_Entry]:
+        ordered = sorted(
+            (w for w in self.snap.pending if w.id not in self.admitted_ids), key=queue_order
+        )
+        totals: dict[str, int] = {}
+        for w in ordered:
+            totals[w.cluster_queue] = totals.get(w.cluster_queue, 0) + 1
+        seen: dict[str, int] = {}
+        out = []
+        for w in ordered:
+            q = w.cluster_queue
+            seen[q] = seen.get(q, 0) + 1
+            out.append(_Entry(w, demand_of(w), self._flavors(w), seen[q], totals[q]))
+        return out
+
+    def _flavors(self, w: Workload) -> tuple[str, ...]:
+        key = (w.cluster_queue, w.gpu_type)
+        found = self.flavor_cache.get(key)
+        if found is None:
+            cq = self.snap.queues.get(w.cluster_queue)
+            found = () if cq is None else flavors_for(cq, w.gpu_type, self.snap)
+            self.flavor_cache[key] = found
+        return found
+
+    # -- one workload ---------------------------------------------------------------------
+    def _step(self, e: _Entry, *, borrow: bool) -> int:
+        w, d = e.w, e.demand
+        q = w.cluster_queue
+        if not e.flavors or not self._could_ever_fit(e):
+            never = never_fits_reason(w, self.snap, self.model)
+            if never is not None:
+                return self._wait(e, never[0], never[1], result=_SKIPPED)
+        held = self._user_block(w)
+        if held is not None:
+            # A per-user limit says nothing about the queue's capacity: if the run held back
+            # blocked a StrictFIFO queue, one user at their limit would stall every other
+            # user of the queue, which is what the limit exists to prevent. So it is skipped.
+            return self._wait(e, "UserLimit", held, result=_SKIPPED)
+        for f in e.flavors:
+            if self.now.fits(q, f, d) and self.future.fits(q, f, d):
+                if not borrow and (self.now.borrows(q, f, d) or self.future.borrows(q, f, d)):
+                    return _DEFERRED
+                self._admit(e, f)
+                return _ADMITTED
+        cq = self.snap.queues[q]
+        if cq.within_cluster_queue != "Never" or (
+            cq.reclaim_within_cohort != "Never" and cq.cohort is not None
+        ):
+            for f in e.flavors:
+                if self.future.fits(q, f, d):
+                    # Room appears once the runs being evicted stop: no new victims.
+                    self._reserve(w, d, f)
+                    return self._wait(e, "WaitingForPreemptedWorkloads", "", f, result=_WAITING)
+            for f in e.flavors:
+                victims = find_victims(self.future, cq, f, w, d, self.candidates, self.taken)
+                if victims:
+                    self._preempt(e, f, victims)
+                    self._reserve(w, d, f)
+                    names = [v.admitted.workload.id for v in victims]
+                    return self._wait(
+                        e, "WaitingForPreemptedWorkloads", "victims", f, *names, result=_WAITING
+                    )
+        return self._wait(e, "WaitingForQuota", result=_FAILED)
+
+    def _could_ever_fit(self, e: _Entry) -> bool:
+        model, q = self.model, e.w.cluster_queue
+        return any(all(v <= model.max_capacity(q, (f, r)) for r, v in e.demand) for f in e.flavors)
+
+    def _user_block(self, w: Workload) -> str | None:
+        lim = self.snap.user_limits.get(w.workspace)
+        if lim is None:
+            return None
+        key = (w.workspace, w.user)
+        running = self.user_runs.get(key, 0)
+        if lim.max_running is not None and running >= lim.max_running:
+            return (
+                f"user {w.user} already has {running} of {lim.max_running} allowed"
+                f" {'run' if lim.max_running == 1 else 'runs'} admitted in workspace"
+                f" {w.workspace}"
+            )
+        gpus = self.user_gpus.get(key, 0)
+        want = w.requests.get("gpu", 0)
+        if lim.max_gpus is not None and gpus + want > lim.max_gpus:
+            return (
+                f"user {w.user} holds {amount('gpu', gpus)} in workspace {w.workspace};"
+                f" {want} more would pass the per-user limit of {lim.max_gpus}"
+            )
+        return None
+
+    def _count_user(self, w: Workload, sign: int) -> None:
+        key = (w.workspace, w.user)
+        self.user_runs[key] = self.user_runs.get(key, 0) + sign
+        self.user_gpus[key] = self.user_gpus.get(key, 0) + sign * w.requests.get("gpu", 0)
+
+    def _admit(self, e: _Entry, flavor: str) -> None:
+        w, d = e.w, e.demand
+        q = w.cluster_queue
+        borrowed: dict[Resource, int] = {}
+        for r, v in d:
+            lim = self.model.limit(q, (flavor, r))
+            nominal = lim.nominal if lim is not None else 0
+            before = self.now.used_of(q, (flavor, r))
+            took = max(0, before + v - nominal) - max(0, before - nominal)
+            if took > 0:
+                borrowed[r] = took
+        self.now.add(q, flavor, d)
+        self.future.add(q, flavor, d)
+        key = (q, flavor)
+        self.runs[key] = self.runs.get(key, 0) + 1
+        self._count_user(w, 1)
+        self.admissions.append(Admission(w.id, q, flavor, borrowed))
+
+    def _reserve(self, w: Workload, d: Demand, flavor: str) -> None:
+        q = w.cluster_queue
+        self.future.add(q, flavor, d)
+        self._count_user(w, 1)  # its user's slot is held for it too
+        scope = (self.model.cohort_of.get(q) or q, flavor)
+        self.reserved_by.setdefault(scope, []).append(w.id)
+
+    def _preempt(self, e: _Entry, flavor: str, victims: list[Victim]) -> None:
+        w = e.w
+        q = w.cluster_queue
+        need = ", ".join(amount(r, v) for r, v in e.demand)
+        for v in victims:
+            vw = v.admitted.workload
+            self.taken.add(vw.id)
+            if v.own_queue:
+                reason: Literal["InClusterQueue", "InCohortReclamation"] = "InClusterQueue"
+                message = (
+                    f"preempted by {w.id} (priority {w.priority}) in queue {q}, which needs"
+                    f" {need} of flavor {flavor}; this run has priority {vw.priority}"
+                )
+            else:
+                reason = "InCohortReclamation"
+                lent = self.future.borrowed(vw.cluster_queue, flavor, [r for r, _ in v.demand])
+                message = (
+                    f"queue {q} reclaims quota of flavor {flavor} it lent to cohort"
+                    f" {self.model.cohort_of.get(q)}: {w.id} (priority {w.priority}) needs"
+                    f" {need}; queue {vw.cluster_queue} was {lent} above its nominal quota"
+                )
+            self.future.add(vw.cluster_queue, flavor, v.demand, -1)
+            scope = (self.model.cohort_of.get(vw.cluster_queue) or vw.cluster_queue, flavor)
+            self.stopping[scope] = self.stopping.get(scope, 0) + 1
+            self.preemptions.append(Preemption(vw.id, w.id, reason, message))
+
+    def _wait(self, e: _Entry, reason: str, *detail: str, result: int) -> int:
+        e.reason = reason
+        e.detail = detail
+        self.waiting.append(e)
+        return result
+
+    def _block(self, e: _Entry, head: _Entry) -> None:
+        self._wait(e, "BlockedByHead", head.w.id, head.reason, result=_FAILED)
+
+    # -- sentences ------------------------------------------------------------------------
+    def _pending(self, e: _Entry) -> Pending:
+        w, reason = e.w, e.reason
+        q = w.cluster_queue
+        if reason == "WaitingForQuota":
+            text = no_room(
+                w, e.demand, e.flavors, self.now, self.future, self.runs, self.reserved_by
+            )
+        elif reason == "WaitingForPreemptedWorkloads":
+            flavor = e.detail[1]
+            need = ", ".join(amount(r, v) for r, v in e.demand)
+            if e.detail[0] == "victims":
+                victims = list(e.detail[2:])
+                text = (
+                    f"preempting {plural(len(victims), 'run')} ({ids(victims)}) to free {need}"
+                    f" of flavor {flavor} in queue {q}; it starts once they have stopped"
+                )
+            else:
+                scope = self.model.cohort_of.get(q) or q
+                n = self.stopping.get((scope, flavor), 0)
+                where = f"cohort {scope}" if scope != q else f"queue {q}"
+                text = (
+                    f"{need} of flavor {flavor} will be free for it once"
+                    f" {plural(n, 'run')} being preempted in {where} have stopped"
+                )
+        elif reason == "BlockedByHead":
+            text = (
+                f"queue {q} is StrictFIFO and its head {e.detail[0]} cannot start yet"
+                f" ({e.detail[1]}); nothing behind the head is admitted before it"
+            )
+        else:
+            text = e.detail[0]
+        text += f"; position {e.position} of {e.total} in queue {q}"
+        return Pending(w.id, q, e.position, reason, text)
