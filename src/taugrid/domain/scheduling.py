@@ -16,13 +16,13 @@ scheduling cycles would:
    workloads asking for that type or for none.
 4. StrictFIFO: a workload that cannot be admitted blocks everything behind it in its queue.
    BestEffortFIFO: later ones may pass it; it keeps its place.
-5. A workload that does not fit may preempt (see ``scheduling_preempt``). Its victims and the
-   workloads already being evicted still hold quota until they stop, so the scheduler keeps
-   two books: *now* (everything admitted, evicting included) and *future* (evicting and
-   chosen victims gone, the preemptor's demand reserved). Admission needs room in both, so
-   nobody takes the room a preemptor is waiting for and nothing is over-committed while
-   victims stop. A preemptor that fits the future book without new victims waits
-   (WaitingForPreemptedWorkloads) and chooses none.
+5. A workload that does not fit may preempt (see ``scheduling_preempt``). Victims, and
+   workloads already being evicted, hold their quota until they stop, so the scheduler keeps
+   two books: *now* (everything admitted) and *future* (the victims a preemptor claimed
+   gone, the preemptor's demand reserved in their place). Admission needs room in both: no
+   smaller run takes the room a preemptor waits for, and nothing is over-committed while
+   victims stop. Evicting workloads are claimed first, so a preemptor they suffice for
+   waits (WaitingForPreemptedWorkloads) without choosing new victims.
 6. Per-user limits (TauGrid's own, per workspace: running runs and GPUs) hold a workload
    back with reason UserLimit; it never blocks anyone else.
 """

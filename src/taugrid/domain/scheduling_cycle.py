@@ -87,9 +87,8 @@ class Cycle:
         self.snap = snap
         self.model = QuotaModel(snap.queues)
         self.now = Usage(self.model)  # what is held: everything admitted, evicting included
-        self.future = Usage(self.model)  # evicting and victims gone, preemptors reserved
+        self.future = Usage(self.model)  # claimed victims gone, their preemptors reserved
         self.runs: dict[tuple[str, str], int] = {}
-        self.stopping: dict[tuple[str, str], int] = {}  # (queue or cohort, flavor) -> count
         self.candidates: dict[tuple[str, str], list[tuple[Admitted, Demand]]] = {}
         self.user_runs: dict[tuple[str, str], int] = {}
         self.user_gpus: dict[tuple[str, str], int] = {}
@@ -97,7 +96,8 @@ class Cycle:
         self.reserved_by: dict[tuple[str, str], list[str]] = {}
         self.admissions: list[Admission] = []
         self.preemptions: list[Preemption] = []
-        self.waiting: list[_Entry] = []
+        self.waiting: dict[str, _Entry] = {}
+        self.behind: dict[str, list[_Entry]] = {}  # StrictFIFO head -> the runs it blocks
         self.flavor_cache: dict[tuple[str, str | None], tuple[str, ...]] = {}
         self.admitted_ids: set[str] = set()
         for a in snap.admitted:
@@ -107,17 +107,30 @@ class Cycle:
             self.admitted_ids.add(w.id)
             self.now.add(w.cluster_queue, a.flavor, d)
             self.runs[key] = self.runs.get(key, 0) + 1
-            if a.evicting:
-                scope = (self.model.cohort_of.get(w.cluster_queue) or w.cluster_queue, a.flavor)
-                self.stopping[scope] = self.stopping.get(scope, 0) + 1
-            else:
-                self.future.add(w.cluster_queue, a.flavor, d)
-                self.candidates.setdefault(key, []).append((a, d))
+            self.future.add(w.cluster_queue, a.flavor, d)
+            self.candidates.setdefault(key, []).append((a, d))
             self._count_user(w, 1)
 
     # -- the two passes -----------------------------------------------------------------
     def run(self) -> Decisions:
-        entries = self._entries()
+        todo = self._entries()
+        while todo:
+            blocked = self._passes(todo)
+            # A StrictFIFO head waiting for quota may have reached its user's limit since
+            # (another run of that user was admitted later in the cycle). Held back by that
+            # limit it blocks nobody, so the runs behind it get their turn: what the next
+            # cycle would do anyway.
+            todo = []
+            for head in blocked.values():
+                held = self._user_block(head.w) if head.reason == "WaitingForQuota" else None
+                if held is not None:
+                    self._wait(head, "UserLimit", held, result=_SKIPPED)
+                    todo += [e for e in self.behind.pop(head.w.id, [])]
+            todo.sort(key=lambda e: queue_order(e.w))
+        pending = {i: self._pending(e) for i, e in self.waiting.items()}
+        return Decisions(tuple(self.admissions), tuple(self.preemptions), pending)
+
+    def _passes(self, entries: list[_Entry]) -> dict[str, _Entry]:
         blocked: dict[str, _Entry] = {}
         stopped: set[str] = set()
         deferred: list[_Entry] = []
@@ -140,8 +153,7 @@ class Cycle:
                 self._block(e, blocked[q])
             elif self._step(e, borrow=True) in (_WAITING, _FAILED) and self._strict(q):
                 blocked[q] = e
-        pending = {e.w.id: self._pending(e) for e in self.waiting}
-        return Decisions(tuple(self.admissions), tuple(self.preemptions), pending)
+        return blocked
 
     def _strict(self, q: str) -> bool:
         return self.snap.queues[q].strategy == "StrictFIFO"
@@ -195,18 +207,20 @@ class Cycle:
             cq.reclaim_within_cohort != "Never" and cq.cohort is not None
         ):
             for f in e.flavors:
-                if self.future.fits(q, f, d):
-                    # Room appears once the runs being evicted stop: no new victims.
-                    self._reserve(w, d, f)
-                    return self._wait(e, "WaitingForPreemptedWorkloads", "", f, result=_WAITING)
-            for f in e.flavors:
                 victims = find_victims(self.future, cq, f, w, d, self.candidates, self.taken)
                 if victims:
                     self._preempt(e, f, victims)
                     self._reserve(w, d, f)
-                    names = [v.admitted.workload.id for v in victims]
+                    fresh = [v.admitted.workload.id for v in victims if not v.admitted.evicting]
+                    stopping = [v.admitted.workload.id for v in victims if v.admitted.evicting]
                     return self._wait(
-                        e, "WaitingForPreemptedWorkloads", "victims", f, *names, result=_WAITING
+                        e,
+                        "WaitingForPreemptedWorkloads",
+                        f,
+                        str(len(fresh)),
+                        *fresh,
+                        *stopping,
+                        result=_WAITING,
                     )
         return self._wait(e, "WaitingForQuota", result=_FAILED)
 
@@ -257,6 +271,7 @@ class Cycle:
         self.runs[key] = self.runs.get(key, 0) + 1
         self._count_user(w, 1)
         self.admissions.append(Admission(w.id, q, flavor, borrowed))
+        self.waiting.pop(w.id, None)
 
     def _reserve(self, w: Workload, d: Demand, flavor: str) -> None:
         q = w.cluster_queue
@@ -272,6 +287,9 @@ class Cycle:
         for v in victims:
             vw = v.admitted.workload
             self.taken.add(vw.id)
+            self.future.add(vw.cluster_queue, flavor, v.demand, -1)
+            if v.admitted.evicting:
+                continue  # already on its way out: claimed, never preempted twice
             if v.own_queue:
                 reason: Literal["InClusterQueue", "InCohortReclamation"] = "InClusterQueue"
                 message = (
@@ -280,24 +298,21 @@ class Cycle:
                 )
             else:
                 reason = "InCohortReclamation"
-                lent = self.future.borrowed(vw.cluster_queue, flavor, [r for r, _ in v.demand])
                 message = (
                     f"queue {q} reclaims quota of flavor {flavor} it lent to cohort"
                     f" {self.model.cohort_of.get(q)}: {w.id} (priority {w.priority}) needs"
-                    f" {need}; queue {vw.cluster_queue} was {lent} above its nominal quota"
+                    f" {need}; queue {vw.cluster_queue} was using more than its nominal quota"
                 )
-            self.future.add(vw.cluster_queue, flavor, v.demand, -1)
-            scope = (self.model.cohort_of.get(vw.cluster_queue) or vw.cluster_queue, flavor)
-            self.stopping[scope] = self.stopping.get(scope, 0) + 1
             self.preemptions.append(Preemption(vw.id, w.id, reason, message))
 
     def _wait(self, e: _Entry, reason: str, *detail: str, result: int) -> int:
         e.reason = reason
         e.detail = detail
-        self.waiting.append(e)
+        self.waiting[e.w.id] = e
         return result
 
     def _block(self, e: _Entry, head: _Entry) -> None:
+        self.behind.setdefault(head.w.id, []).append(e)
         self._wait(e, "BlockedByHead", head.w.id, head.reason, result=_FAILED)
 
     # -- sentences ------------------------------------------------------------------------
@@ -309,22 +324,21 @@ class Cycle:
                 w, e.demand, e.flavors, self.now, self.future, self.runs, self.reserved_by
             )
         elif reason == "WaitingForPreemptedWorkloads":
-            flavor = e.detail[1]
+            flavor, n_fresh = e.detail[0], int(e.detail[1])
+            fresh, stopping = list(e.detail[2 : 2 + n_fresh]), list(e.detail[2 + n_fresh :])
             need = ", ".join(amount(r, v) for r, v in e.demand)
-            if e.detail[0] == "victims":
-                victims = list(e.detail[2:])
-                text = (
-                    f"preempting {plural(len(victims), 'run')} ({ids(victims)}) to free {need}"
-                    f" of flavor {flavor} in queue {q}; it starts once they have stopped"
-                )
+            if fresh:
+                text = f"preempting {plural(len(fresh), 'run')} ({ids(fresh)})"
+                if stopping:
+                    text += f" and waiting for {plural(len(stopping), 'stopping run')}"
+                text += f" to free {need} of flavor {flavor} in queue {q};"
             else:
-                scope = self.model.cohort_of.get(q) or q
-                n = self.stopping.get((scope, flavor), 0)
-                where = f"cohort {scope}" if scope != q else f"queue {q}"
                 text = (
-                    f"{need} of flavor {flavor} will be free for it once"
-                    f" {plural(n, 'run')} being preempted in {where} have stopped"
+                    f"{need} of flavor {flavor} in queue {q} will be free once"
+                    f" {plural(len(stopping), 'run')} being preempted ({ids(stopping)})"
+                    " have stopped;"
                 )
+            text += " it starts then"
         elif reason == "BlockedByHead":
             text = (
                 f"queue {q} is StrictFIFO and its head {e.detail[0]} cannot start yet"

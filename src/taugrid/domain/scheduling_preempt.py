@@ -1,6 +1,6 @@
 """Victim search for the local scheduler: Kueue's classical preemption. Pure.
 
-Candidates (never a workload that is already being evicted):
+Candidates:
 
 - ``withinClusterQueue``: admitted workloads of the preemptor's own queue with lower
   priority (``LowerPriority``), or also equal priority but created later
@@ -11,10 +11,14 @@ Candidates (never a workload that is already being evicted):
   preemptor's queue is below its nominal quota in those resources, and then the preemptor
   must fit within its nominal quota: it takes back what it lent, no more.
 
-Order: other queues first (those borrowing most first), then lower priority, then the most
-recently admitted. Victims are removed in that order until the preemptor fits (a cohort
-victim is skipped once its queue stops borrowing), then each one but the last is put back
-if the preemptor still fits without it: a minimal set, as Kueue does.
+Workloads already being evicted are candidates too, under the same rules, and come first:
+they free their quota anyway, so a preemptor whose need they cover chooses no new victim and
+waits for them; the caller never preempts them again. Then: other queues first (those
+borrowing most first), then lower priority, then the most recently admitted.
+
+Victims are removed in that order until the preemptor fits (a cohort victim is skipped once
+its queue stops borrowing), then each one but the last is put back if the preemptor still
+fits without it: a minimal set, as Kueue does.
 """
 
 from __future__ import annotations
@@ -91,12 +95,11 @@ def find_victims(
                     continue
                 if may_reclaim(cq.reclaim_within_cohort, preemptor, w):
                     others.append((lent, Victim(adm, d, False)))
-    own.sort(key=_order)
+    own.sort(key=lambda v: _order(v, 0))
     if others and usage.below_nominal(cq.name, flavor, need):
-        others.sort(key=lambda lv: (-lv[0], *_order(lv[1])))
-        found = _minimal(
-            usage, cq.name, flavor, demand, need, [v for _, v in others] + own, borrow=False
-        )
+        both = [(_order(v, -lent), v) for lent, v in others] + [(_order(v, 0), v) for v in own]
+        both.sort(key=lambda kv: kv[0])
+        found = _minimal(usage, cq.name, flavor, demand, need, [v for _, v in both], borrow=False)
         if found is not None:
             return found
     if not own:
@@ -104,9 +107,11 @@ def find_victims(
     return _minimal(usage, cq.name, flavor, demand, need, own, borrow=True)
 
 
-def _order(v: Victim) -> tuple[int, float, str]:
+def _order(v: Victim, lent: int) -> tuple[bool, bool, int, int, float, str]:
+    """Kueue's candidate order: already evicting first (they free quota anyway), then other
+    queues (those borrowing most first), then lower priority, then most recently admitted."""
     w = v.admitted.workload
-    return (w.priority, -v.admitted.admitted_at, w.id)
+    return (not v.admitted.evicting, v.own_queue, lent, w.priority, -v.admitted.admitted_at, w.id)
 
 
 def _touches(demand: Demand, need: Sequence[Resource]) -> bool:

@@ -16,7 +16,7 @@ from typing import Any
 from taugrid.domain.quota import Admitted, Snapshot, Workload
 from taugrid.domain.scheduling import never_fits
 from taugrid.errors import Unschedulable, UsageError
-from taugrid.executors.local.gpus import Gpu, gpus_of_type
+from taugrid.executors.local.gpus import Gpu, gpus_of_type, short_gpu_type
 from taugrid.policy import DomainPolicy, LoadedPolicy, default_policy, load_policy_text, to_domain
 from taugrid.spec import TauSpec
 from taugrid.store.policies import PolicyStore
@@ -59,7 +59,11 @@ class Queueing:
 
     def _builtin(self) -> PolicyInForce:
         names = {g.name for g in self.machine.gpus}
-        gpu_type = next(iter(names)) if len(names) == 1 and "declared" not in names else None
+        # One GPU model (the usual box): its flavor carries the type, so specs asking
+        # for it by gpu_type fit; mixed or declared GPUs get a flavor of any type.
+        gpu_type = (
+            short_gpu_type(names.pop()) if len(names) == 1 and "declared" not in names else None
+        )
         pol = default_policy(
             len(self.machine.gpus), gpu_type, self.machine.cpus_millis, self.machine.memory_bytes
         )

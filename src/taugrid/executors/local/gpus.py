@@ -83,3 +83,18 @@ def gpus_of_type(gpus: list[Gpu], gpu_type: str | None) -> list[Gpu]:
         return list(gpus)
     t = gpu_type.lower()
     return [g for g in gpus if g.name == "declared" or t in g.name.lower()]
+
+
+_VENDOR_WORDS = {"nvidia", "tesla", "geforce", "quadro"}
+
+
+def short_gpu_type(name: str) -> str:
+    """The ``gpu_type`` people write for a GPU model name, as flavors use it:
+    "NVIDIA H100 80GB HBM3" -> "h100", "NVIDIA A100-SXM4-80GB" -> "a100",
+    "NVIDIA GeForce RTX 4090" -> "rtx-4090"."""
+    words = [w for w in name.lower().replace("-", " ").split() if w not in _VENDOR_WORDS]
+    if not words:
+        return "gpu"
+    if words[0] in ("rtx", "gtx") and len(words) > 1:
+        return f"{words[0]}-{words[1]}"
+    return words[0]
