@@ -20,7 +20,6 @@ burst; the headline is submits/s over their mean (each submit is one durable com
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import tempfile
@@ -219,7 +218,6 @@ def burst_part() -> dict[str, Any]:
 
 def main() -> dict[str, Any]:
     print(f"{NAME}: {RUNS} sequential runs of `true` ...", flush=True)
-    load0 = os.getloadavg()[0]
     lat = latency_part()
     print(f"{NAME}: burst of {BURST} submissions from {CLIENTS} clients ...", flush=True)
     burst = burst_part()
@@ -243,7 +241,6 @@ def main() -> dict[str, Any]:
     result = {
         "latency": lat,
         "burst": burst,
-        "load_average_at_start": load0,
         "targets": {"overhead_p50_ms": TARGET_OVERHEAD_MS, "burst_submits_per_s": TARGET_BURST},
         "headlines": rows,
     }

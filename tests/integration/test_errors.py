@@ -86,7 +86,7 @@ def test_unreachable_server_wrong_token_not_found_ambiguous(tau: Tau) -> None:
 def test_unschedulable_run_rejected_at_submit(tau: Tau) -> None:
     tau.start_server("--gpus", "2")
     proc = tau("run", "--gpus", "3", "--", "true")
-    assert proc.returncode == 8 and "3 GPU(s)" in proc.stderr
+    assert proc.returncode == 8 and "asks for 3 GPUs" in proc.stderr and "never" in proc.stderr
     assert _run_count(tau) == 0
 
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Literal
 
-from taugrid.domain.quota import Admitted, ClusterQueue, Resource, Snapshot, Workload
+from taugrid.domain.quota import RESOURCES, Admitted, ClusterQueue, Resource, Snapshot, Workload
 from taugrid.domain.scheduling_preempt import Victim, find_victims
 from taugrid.domain.scheduling_quota import Demand, QuotaModel, Usage, demand_of
 from taugrid.domain.scheduling_text import (
@@ -66,10 +67,11 @@ def flavors_for(cq: ClusterQueue, gpu_type: str | None, snap: Snapshot) -> tuple
     return tuple(out)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Entry:
     w: Workload
     demand: Demand
+    dense: tuple[int, ...]
     flavors: tuple[str, ...]
     position: int
     total: int
@@ -78,6 +80,9 @@ class _Entry:
 
 
 _ADMITTED, _DEFERRED, _WAITING, _FAILED, _SKIPPED = range(5)
+assert RESOURCES == ("gpu", "cpu", "memory"), "_Entry.dense spells the resources out"
+# (queue, flavor) -> (cohort version, failed requests, a few of them to test dominance)
+_Memo = dict[tuple[str, str], tuple[int, set[tuple[int, ...]], list[tuple[int, ...]]]]
 
 
 class Cycle:
@@ -93,12 +98,19 @@ class Cycle:
         self.user_runs: dict[tuple[str, str], int] = {}
         self.user_gpus: dict[tuple[str, str], int] = {}
         self.taken: set[str] = set()
-        self.reserved_by: dict[tuple[str, str], list[str]] = {}
+        self.reserved_by: dict[tuple[tuple[str, str], str], list[str]] = {}
+        # Known failures, valid while nothing changes in the queue's cohort (``version``): a
+        # run asking at least as much of every resource fails too.
+        self.version: dict[tuple[str, str], int] = {}
+        self.no_fit: _Memo = {}
+        self.no_victims: _Memo = {}
+        self.ever_fits: dict[tuple[str, tuple[str, ...], tuple[int, ...]], bool] = {}
         self.admissions: list[Admission] = []
         self.preemptions: list[Preemption] = []
         self.waiting: dict[str, _Entry] = {}
         self.behind: dict[str, list[_Entry]] = {}  # StrictFIFO head -> the runs it blocks
         self.flavor_cache: dict[tuple[str, str | None], tuple[str, ...]] = {}
+        self.no_room_text: dict[tuple[str, tuple[str, ...], Demand], str] = {}
         self.admitted_ids: set[str] = set()
         for a in snap.admitted:
             w = a.workload
@@ -125,7 +137,7 @@ class Cycle:
                 held = self._user_block(head.w) if head.reason == "WaitingForQuota" else None
                 if held is not None:
                     self._wait(head, "UserLimit", held, result=_SKIPPED)
-                    todo += [e for e in self.behind.pop(head.w.id, [])]
+                    todo += self.behind.pop(head.w.id, [])
             todo.sort(key=lambda e: queue_order(e.w))
         pending = {i: self._pending(e) for i, e in self.waiting.items()}
         return Decisions(tuple(self.admissions), tuple(self.preemptions), pending)
@@ -159,18 +171,30 @@ class Cycle:
         return self.snap.queues[q].strategy == "StrictFIFO"
 
     def _entries(self) -> list[_Entry]:
-        ordered = sorted(
-            (w for w in self.snap.pending if w.id not in self.admitted_ids), key=queue_order
-        )
+        admitted = self.admitted_ids
+        ordered = [w for w in self.snap.pending if w.id not in admitted]
+        # queue_order, as two stable C-level sorts (a reversed sort keeps ties in order).
+        ordered.sort(key=attrgetter("created", "id"))
+        ordered.sort(key=attrgetter("priority"), reverse=True)
         totals: dict[str, int] = {}
         for w in ordered:
             totals[w.cluster_queue] = totals.get(w.cluster_queue, 0) + 1
         seen: dict[str, int] = {}
+        shapes: dict[tuple[int, ...], Demand] = {}
+        flavors = self.flavor_cache
         out = []
         for w in ordered:
             q = w.cluster_queue
-            seen[q] = seen.get(q, 0) + 1
-            out.append(_Entry(w, demand_of(w), self._flavors(w), seen[q], totals[q]))
+            seen[q] = n = seen.get(q, 0) + 1
+            req = w.requests
+            dense = (req.get("gpu", 0), req.get("cpu", 0), req.get("memory", 0))
+            demand = shapes.get(dense)
+            if demand is None:
+                shapes[dense] = demand = demand_of(w)
+            fl = flavors.get((q, w.gpu_type))
+            if fl is None:
+                fl = self._flavors(w)
+            out.append(_Entry(w, demand, dense, fl, n, totals[q]))
         return out
 
     def _flavors(self, w: Workload) -> tuple[str, ...]:
@@ -197,36 +221,78 @@ class Cycle:
             # user of the queue, which is what the limit exists to prevent. So it is skipped.
             return self._wait(e, "UserLimit", held, result=_SKIPPED)
         for f in e.flavors:
+            if self._failed_before(self.no_fit, e, f):
+                continue
             if self.now.fits(q, f, d) and self.future.fits(q, f, d):
                 if not borrow and (self.now.borrows(q, f, d) or self.future.borrows(q, f, d)):
                     return _DEFERRED
                 self._admit(e, f)
                 return _ADMITTED
+            self._remember_failure(self.no_fit, e, f)
         cq = self.snap.queues[q]
         if cq.within_cluster_queue != "Never" or (
             cq.reclaim_within_cohort != "Never" and cq.cohort is not None
         ):
             for f in e.flavors:
+                if self._failed_before(self.no_victims, e, f):
+                    continue
                 victims = find_victims(self.future, cq, f, w, d, self.candidates, self.taken)
-                if victims:
-                    self._preempt(e, f, victims)
-                    self._reserve(w, d, f)
-                    fresh = [v.admitted.workload.id for v in victims if not v.admitted.evicting]
-                    stopping = [v.admitted.workload.id for v in victims if v.admitted.evicting]
-                    return self._wait(
-                        e,
-                        "WaitingForPreemptedWorkloads",
-                        f,
-                        str(len(fresh)),
-                        *fresh,
-                        *stopping,
-                        result=_WAITING,
-                    )
+                if not victims:
+                    self._remember_failure(self.no_victims, e, f)
+                    continue
+                self._preempt(e, f, victims)
+                self._reserve(w, d, f)
+                fresh = [v.admitted.workload.id for v in victims if not v.admitted.evicting]
+                stopping = [v.admitted.workload.id for v in victims if v.admitted.evicting]
+                return self._wait(
+                    e,
+                    "WaitingForPreemptedWorkloads",
+                    f,
+                    str(len(fresh)),
+                    *fresh,
+                    *stopping,
+                    result=_WAITING,
+                )
         return self._wait(e, "WaitingForQuota", result=_FAILED)
+
+    def _failed_before(self, memo: _Memo, e: _Entry, flavor: str) -> bool:
+        """Whether a run asking no more of any resource already failed here since the
+        queue's cohort last changed. (Runs of one queue are tried in its order, so for
+        preemption the earlier run also had at least the same candidates.)"""
+        q = e.w.cluster_queue
+        known = memo.get((q, flavor))
+        if known is None or known[0] != self.version.get(self.model.scope(q), 0):
+            return False
+        if e.dense in known[1]:
+            return True
+        mine = e.dense
+        return any(all(a >= b for a, b in zip(mine, d, strict=True)) for d in known[2])
+
+    def _remember_failure(self, memo: _Memo, e: _Entry, flavor: str) -> None:
+        q = e.w.cluster_queue
+        version = self.version.get(self.model.scope(q), 0)
+        known = memo.get((q, flavor))
+        if known is None or known[0] != version:
+            memo[(q, flavor)] = (version, {e.dense}, [e.dense])
+        else:
+            known[1].add(e.dense)
+            if len(known[2]) < 8:
+                known[2].append(e.dense)
+
+    def _changed(self, q: str) -> None:
+        scope = self.model.scope(q)
+        self.version[scope] = self.version.get(scope, 0) + 1
 
     def _could_ever_fit(self, e: _Entry) -> bool:
         model, q = self.model, e.w.cluster_queue
-        return any(all(v <= model.max_capacity(q, (f, r)) for r, v in e.demand) for f in e.flavors)
+        key = (q, e.flavors, e.dense)
+        found = self.ever_fits.get(key)
+        if found is None:
+            found = any(
+                all(v <= model.max_capacity(q, (f, r)) for r, v in e.demand) for f in e.flavors
+            )
+            self.ever_fits[key] = found
+        return found
 
     def _user_block(self, w: Workload) -> str | None:
         lim = self.snap.user_limits.get(w.workspace)
@@ -267,6 +333,7 @@ class Cycle:
                 borrowed[r] = took
         self.now.add(q, flavor, d)
         self.future.add(q, flavor, d)
+        self._changed(q)
         key = (q, flavor)
         self.runs[key] = self.runs.get(key, 0) + 1
         self._count_user(w, 1)
@@ -276,9 +343,9 @@ class Cycle:
     def _reserve(self, w: Workload, d: Demand, flavor: str) -> None:
         q = w.cluster_queue
         self.future.add(q, flavor, d)
+        self._changed(q)
         self._count_user(w, 1)  # its user's slot is held for it too
-        scope = (self.model.cohort_of.get(q) or q, flavor)
-        self.reserved_by.setdefault(scope, []).append(w.id)
+        self.reserved_by.setdefault((self.model.scope(q), flavor), []).append(w.id)
 
     def _preempt(self, e: _Entry, flavor: str, victims: list[Victim]) -> None:
         w = e.w
@@ -288,6 +355,7 @@ class Cycle:
             vw = v.admitted.workload
             self.taken.add(vw.id)
             self.future.add(vw.cluster_queue, flavor, v.demand, -1)
+            self._changed(vw.cluster_queue)
             if v.admitted.evicting:
                 continue  # already on its way out: claimed, never preempted twice
             if v.own_queue:
@@ -320,9 +388,14 @@ class Cycle:
         w, reason = e.w, e.reason
         q = w.cluster_queue
         if reason == "WaitingForQuota":
-            text = no_room(
-                w, e.demand, e.flavors, self.now, self.future, self.runs, self.reserved_by
-            )
+            key = (q, e.flavors, e.demand)
+            found = self.no_room_text.get(key)
+            if found is None:
+                found = no_room(
+                    w, e.demand, e.flavors, self.now, self.future, self.runs, self.reserved_by
+                )
+                self.no_room_text[key] = found
+            text = found
         elif reason == "WaitingForPreemptedWorkloads":
             flavor, n_fresh = e.detail[0], int(e.detail[1])
             fresh, stopping = list(e.detail[2 : 2 + n_fresh]), list(e.detail[2 + n_fresh :])
@@ -336,7 +409,7 @@ class Cycle:
                 text = (
                     f"{need} of flavor {flavor} in queue {q} will be free once"
                     f" {plural(len(stopping), 'run')} being preempted ({ids(stopping)})"
-                    " have stopped;"
+                    f" {'has' if len(stopping) == 1 else 'have'} stopped;"
                 )
             text += " it starts then"
         elif reason == "BlockedByHead":

@@ -50,6 +50,7 @@ class QuotaModel:
         self.cohort_of: dict[str, str | None] = {}
         self.members: dict[str, list[str]] = {}
         self.pool: dict[str, dict[FlavorResource, int]] = {}
+        self._scopes: dict[str, tuple[str, str]] = {}
         for name in sorted(queues):
             cq = queues[name]
             in_cohort = cq.cohort is not None
@@ -69,6 +70,15 @@ class QuotaModel:
                 pool = self.pool.setdefault(cq.cohort, {})
                 for fr, lim in limits.items():
                     pool[fr] = pool.get(fr, 0) + lim.lendable
+
+    def scope(self, cq: str) -> tuple[str, str]:
+        """What a queue shares quota with: its cohort, or only itself."""
+        found = self._scopes.get(cq)
+        if found is None:
+            cohort = self.cohort_of.get(cq)
+            found = ("cohort", cohort) if cohort is not None else ("queue", cq)
+            self._scopes[cq] = found
+        return found
 
     def limit(self, cq: str, fr: FlavorResource) -> Limit | None:
         return self.limits.get(cq, {}).get(fr)

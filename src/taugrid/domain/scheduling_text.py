@@ -52,7 +52,7 @@ def no_room(
     now: Usage,
     future: Usage,
     runs: dict[tuple[str, str], int],
-    reserved_by: dict[tuple[str, str], list[str]],
+    reserved_by: dict[tuple[tuple[str, str], str], list[str]],
 ) -> str:
     """Why ``w`` does not fit: the first blocking resource of its first flavor, with numbers."""
     cq = w.cluster_queue
@@ -75,7 +75,7 @@ def _flavor_no_room(
     now: Usage,
     future: Usage,
     runs: dict[tuple[str, str], int],
-    reserved_by: dict[tuple[str, str], list[str]],
+    reserved_by: dict[tuple[tuple[str, str], str], list[str]],
 ) -> str:
     blocking: tuple[Resource, int] | None = None
     for res, value in demand:
@@ -117,7 +117,7 @@ def _flavor_no_room(
                     f"; the other {qty(res, lim.nominal - used)} of its quota are lent to"
                     f" other queues of cohort {cohort} until their runs finish"
                 )
-    holders = reserved_by.get((cohort or cq, flavor), [])
+    holders = reserved_by.get((model.scope(cq), flavor), [])
     if holders:
         text += f"; quota is held for {ids(holders)}, waiting for preempted runs to stop"
     return text

@@ -28,6 +28,7 @@ from taugrid.store.runs import Row, RunStore, Transition
 
 log = logging.getLogger("taugrid.engine")
 MIN_PASS_INTERVAL_S = 0.01
+RESCHEDULE_EVERY_S = 2.0
 S = RunState
 
 
@@ -49,6 +50,8 @@ class RunEngine:
         # derived state, recomputed on each pass, so it needs no storage.
         self.pending: dict[str, Pending] = {}
         self._preempt_messages: dict[str, str] = {}
+        self._dirty = True
+        self._scheduled_at = 0.0
         self.snapshots_dir = snapshots_dir
         self.poll_interval_s = poll_interval_s
         self.clock = clock
@@ -68,7 +71,11 @@ class RunEngine:
         if self._thread:
             self._thread.join(timeout=10)
 
-    def wake(self) -> None:
+    def wake(self, *, reschedule: bool = True) -> None:
+        """Run a pass soon. ``reschedule=False`` (a process started or ended) only needs
+        the executor reconciled; a transition found there reschedules by itself."""
+        if reschedule:
+            self._dirty = True
         self._wake.set()
 
     def _loop(self) -> None:
@@ -89,7 +96,12 @@ class RunEngine:
     def step(self) -> None:
         for run in self.store.in_states([S.ADMITTED, S.RUNNING]):
             self._reconcile_active(run)
-        self._schedule()
+        # Scheduling is the costly part of a pass; it is needed only when a run arrived,
+        # left or changed queue, or the policy changed (and now and then, as a safety net).
+        if self._dirty or time.monotonic() - self._scheduled_at > RESCHEDULE_EVERY_S:
+            self._dirty = False
+            self._scheduled_at = time.monotonic()
+            self._schedule()
 
     def _reconcile_active(self, run: Row) -> None:
         rid, attempt = run["id"], run["attempt_count"] - 1
@@ -266,7 +278,10 @@ class RunEngine:
 
     def _move(self, run: Row, step: Transition, **kw: Any) -> Row | None:
         try:
-            return self.store.transition(run["id"], step, **kw)
+            moved = self.store.transition(run["id"], step, **kw)
         except Conflict:
             log.info("run %s moved concurrently; skipping %s", run["id"], step.to)
             return None
+        if step.to != S.RUNNING:  # anything else may free or take quota
+            self._dirty = True
+        return moved

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from typing import Annotated, Any
 
@@ -172,8 +171,7 @@ def get_artifact(ref: str, path: str, request: Request) -> FileResponse:
 def attempt_status(report: AttemptStatusReport, request: Request) -> Response:
     """Supervisors push here the moment a process starts or ends; the files stay the
     truth, this only saves the engine a polling interval."""
-    _svc(request).engine.wake()
-    request.app.state.last_report = time.time()
+    _svc(request).engine.wake(reschedule=False)
     return Response(status_code=204)
 
 

@@ -7,10 +7,13 @@ transactions on power loss, which breaks "durable before acknowledged").
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 
@@ -49,3 +52,24 @@ def upgrade(engine: Engine) -> None:
     with engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
+
+
+_WRITE_LOCKS: dict[int, threading.Lock] = {}
+
+
+@contextmanager
+def write_transaction(engine: Engine) -> Iterator[Connection]:
+    """A write transaction, committed (and fsynced) on exit.
+
+    SQLite has one writer at a time; concurrent writers that collide wait in its busy
+    handler, which sleeps in growing steps (1, 2, 5, 10 ms...) and cut API throughput to
+    a fraction. Queueing writers on an in-process lock instead hands the database over
+    the moment it is free. PostgreSQL handles concurrent writers itself.
+    """
+    if engine.dialect.name != "sqlite":
+        with engine.begin() as conn:
+            yield conn
+        return
+    lock = _WRITE_LOCKS.setdefault(id(engine), threading.Lock())
+    with lock, engine.begin() as conn:
+        yield conn

@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy import Engine, insert, select
 
+from taugrid.store.db import write_transaction
 from taugrid.store.tables import policies
 
 Row = dict[str, Any]
@@ -32,7 +33,7 @@ class PolicyStore:
             "applied_at": self.clock(),
             "applied_by": applied_by,
         }
-        with self.engine.begin() as conn:
+        with write_transaction(self.engine) as conn:
             conn.execute(insert(policies).values(**values))
         row = self.current()
         assert row is not None

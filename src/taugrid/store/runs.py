@@ -6,16 +6,30 @@ in one transaction before the caller gets an answer.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Engine, and_, func, insert, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Engine,
+    Update,
+    and_,
+    bindparam,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.exc import IntegrityError
 
 from taugrid.domain.states import Reason, RunState, allowed_targets, check_transition
 from taugrid.errors import Ambiguous, Conflict, NotFound
+from taugrid.store.db import write_transaction
 from taugrid.store.tables import attempts, events, runs
 
 Row = dict[str, Any]
@@ -67,14 +81,11 @@ class RunStore:
             attempt_count=0,
         )
         try:
-            with self.engine.begin() as conn:
-                seq = conn.execute(select(func.coalesce(func.max(runs.c.queued_seq), 0))).scalar()
+            with write_transaction(self.engine) as conn:
+                seq = conn.execute(_MAX_SEQ).scalar()
                 values["queued_seq"] = int(seq or 0) + 1
-                conn.execute(insert(runs).values(**values))
-                conn.execute(
-                    insert(events),
-                    [_event(values["id"], now, frm, s) for frm, s in log],
-                )
+                conn.execute(_INSERT_RUN, values)
+                conn.execute(_INSERT_EVENT, [_event(values["id"], now, frm, s) for frm, s in log])
         except IntegrityError:
             key = values.get("idempotency_key")
             if key is None:
@@ -83,9 +94,7 @@ class RunStore:
             if existing is None:
                 raise
             return existing, False
-        created = self.get(values["id"])
-        assert created is not None
-        return created, True
+        return {**_EMPTY_RUN, **values}, True
 
     def _by_key(self, key: str) -> Row | None:
         with self.engine.connect() as conn:
@@ -95,7 +104,7 @@ class RunStore:
     # -- reads ------------------------------------------------------------------------
     def get(self, run_id: str) -> Row | None:
         with self.engine.connect() as conn:
-            r = conn.execute(select(runs).where(runs.c.id == run_id)).mappings().first()
+            r = conn.execute(_GET_RUN, {"rid": run_id}).mappings().first()
         return dict(r) if r else None
 
     def resolve(self, ref: str) -> Row:
@@ -226,7 +235,7 @@ class RunStore:
         is in now (e.g. it finished meanwhile).
         """
         now = self.clock()
-        with self.engine.begin() as conn:
+        with write_transaction(self.engine) as conn:
             cur = _current(conn, run_id)
             frm = RunState(cur["state"])
             if step.to not in allowed_targets(frm):
@@ -238,32 +247,33 @@ class RunStore:
             if new_attempt is not None:
                 values["attempt_count"] = cur["attempt_count"] + 1
                 conn.execute(
-                    insert(attempts).values(
-                        run_id=run_id, attempt=cur["attempt_count"], created_at=now, **new_attempt
-                    )
+                    _INSERT_ATTEMPT,
+                    {
+                        "run_id": run_id,
+                        "attempt": cur["attempt_count"],
+                        "created_at": now,
+                        **new_attempt,
+                    },
                 )
             res = conn.execute(
-                update(runs).where(runs.c.id == run_id, runs.c.state == frm.value).values(**values)
+                _update_run(tuple(values)), {**values, "_id": run_id, "_from": frm.value}
             )
             if res.rowcount != 1:  # lost a race with another writer: nothing written
                 raise Conflict(f"run {run_id} changed state concurrently; retry")
             if attempt_update:
                 conn.execute(
-                    update(attempts)
-                    .where(
-                        attempts.c.run_id == run_id, attempts.c.attempt == cur["attempt_count"] - 1
-                    )
-                    .values(**attempt_update)
+                    _update_attempt(tuple(attempt_update)),
+                    {**attempt_update, "_id": run_id, "_attempt": cur["attempt_count"] - 1},
                 )
-            conn.execute(insert(events).values(**_event(run_id, now, frm, step)))
+            conn.execute(_INSERT_EVENT, _event(run_id, now, frm, step))
         return {**cur, **values}
 
     def update_fields(self, run_id: str, **values: Any) -> None:
-        with self.engine.begin() as conn:
+        with write_transaction(self.engine) as conn:
             conn.execute(update(runs).where(runs.c.id == run_id).values(**values))
 
     def update_attempt(self, run_id: str, attempt: int, **values: Any) -> None:
-        with self.engine.begin() as conn:
+        with write_transaction(self.engine) as conn:
             conn.execute(
                 update(attempts)
                 .where(attempts.c.run_id == run_id, attempts.c.attempt == attempt)
@@ -275,8 +285,37 @@ class RunStore:
             return int(conn.execute(select(func.count()).select_from(runs)).scalar() or 0)
 
 
+# Statements built once: building them per call (30 columns of coercion and cache-key work)
+# cost ten times the commit itself.
+_MAX_SEQ = select(func.coalesce(func.max(runs.c.queued_seq), 0))
+_INSERT_RUN = insert(runs)
+_INSERT_EVENT = insert(events)
+_INSERT_ATTEMPT = insert(attempts)
+_GET_RUN = select(runs).where(runs.c.id == bindparam("rid"))
+_EMPTY_RUN: Row = {c.name: None for c in runs.c}
+
+
+@functools.cache
+def _update_run(columns: tuple[str, ...]) -> Update:
+    """UPDATE of these columns, guarded by the state read in the same transaction."""
+    return (
+        update(runs)
+        .where(runs.c.id == bindparam("_id"), runs.c.state == bindparam("_from"))
+        .values({c: bindparam(c) for c in columns})
+    )
+
+
+@functools.cache
+def _update_attempt(columns: tuple[str, ...]) -> Update:
+    return (
+        update(attempts)
+        .where(attempts.c.run_id == bindparam("_id"), attempts.c.attempt == bindparam("_attempt"))
+        .values({c: bindparam(c) for c in columns})
+    )
+
+
 def _current(conn: Connection, run_id: str) -> Row:
-    r = conn.execute(select(runs).where(runs.c.id == run_id)).mappings().first()
+    r = conn.execute(_GET_RUN, {"rid": run_id}).mappings().first()
     if r is None:
         raise NotFound(f"no run '{run_id}'")
     return dict(r)

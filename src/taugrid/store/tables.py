@@ -57,6 +57,7 @@ runs = Table(
     Index("ix_runs_created_at", "created_at"),
     Index("ix_runs_name_created", "name", "created_at"),
     Index("ix_runs_state", "state"),
+    Index("ix_runs_queued_seq", "queued_seq"),
 )
 
 events = Table(

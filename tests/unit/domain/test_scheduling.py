@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from test_scheduling_support import adm, admitted_ids, cq, fq, snap, victims, wl
 
-from taugrid.domain.quota import Flavor, UserLimit
+from taugrid.domain.quota import (
+    Admitted,
+    ClusterQueue,
+    Flavor,
+    ReclaimWithinCohort,
+    UserLimit,
+    WithinClusterQueue,
+)
 from taugrid.domain.scheduling import never_fits, queue_usage, schedule
 
 GIB = 1 << 30
@@ -207,8 +214,8 @@ def test_other_cohorts_do_not_lend() -> None:
 
 
 # -- preemption within a ClusterQueue ----------------------------------------------------------
-def _full_queue(policy: str) -> tuple[object, ...]:
-    q = cq("a", fq("f", gpu=4), within=policy)  # type: ignore[arg-type]
+def _full_queue(policy: WithinClusterQueue) -> tuple[ClusterQueue, list[Admitted]]:
+    q = cq("a", fq("f", gpu=4), within=policy)
     running = [
         adm(wl("low", "a", gpu=2, prio=0, at=1), at=1),
         adm(wl("equal-old", "a", gpu=1, prio=5, at=1), at=1),
@@ -219,26 +226,26 @@ def _full_queue(policy: str) -> tuple[object, ...]:
 
 def test_within_never_does_not_preempt() -> None:
     q, running = _full_queue("Never")
-    d = schedule(snap([q], running, [wl("p", "a", gpu=2, prio=5, at=5)]))  # type: ignore[arg-type]
+    d = schedule(snap([q], running, [wl("p", "a", gpu=2, prio=5, at=5)]))
     assert d.preemptions == ()
     assert d.pending["p"].reason == "WaitingForQuota"
 
 
 def test_within_lower_priority_preempts_only_lower() -> None:
     q, running = _full_queue("LowerPriority")
-    d = schedule(snap([q], running, [wl("p", "a", gpu=2, prio=5, at=5)]))  # type: ignore[arg-type]
+    d = schedule(snap([q], running, [wl("p", "a", gpu=2, prio=5, at=5)]))
     assert victims(d) == ["low"]
     assert d.preemptions[0].reason == "InClusterQueue" and d.preemptions[0].preemptor_id == "p"
     assert d.pending["p"].reason == "WaitingForPreemptedWorkloads"
-    d = schedule(snap([q], running, [wl("p", "a", gpu=3, prio=5, at=5)]))  # type: ignore[arg-type]
+    d = schedule(snap([q], running, [wl("p", "a", gpu=3, prio=5, at=5)]))
     assert d.preemptions == ()  # equal priority is never a victim under LowerPriority
 
 
 def test_within_lower_or_newer_equal_preempts_newer_equal_not_older() -> None:
     q, running = _full_queue("LowerOrNewerEqualPriority")
-    d = schedule(snap([q], running, [wl("p", "a", gpu=3, prio=5, at=5)]))  # type: ignore[arg-type]
+    d = schedule(snap([q], running, [wl("p", "a", gpu=3, prio=5, at=5)]))
     assert victims(d) == ["equal-new", "low"]
-    d = schedule(snap([q], running, [wl("p", "a", gpu=4, prio=5, at=5)]))  # type: ignore[arg-type]
+    d = schedule(snap([q], running, [wl("p", "a", gpu=4, prio=5, at=5)]))
     assert d.preemptions == ()  # would need equal-old, which is older
 
 
@@ -301,8 +308,10 @@ def test_two_preemptors_do_not_share_one_victim() -> None:
 
 
 # -- reclaim within the cohort --------------------------------------------------------------------
-def _borrowed_cohort(reclaim: str, prio: int = 5) -> tuple[object, ...]:
-    a = cq("a", fq("f", gpu=4), cohort="c", reclaim=reclaim)  # type: ignore[arg-type]
+def _borrowed_cohort(
+    reclaim: ReclaimWithinCohort, prio: int = 5
+) -> tuple[ClusterQueue, ClusterQueue, list[Admitted]]:
+    a = cq("a", fq("f", gpu=4), cohort="c", reclaim=reclaim)
     b = cq("b", fq("f", gpu=4), cohort="c")
     running = [
         adm(wl("b-own", "b", gpu=4, prio=prio), at=1),
@@ -313,35 +322,35 @@ def _borrowed_cohort(reclaim: str, prio: int = 5) -> tuple[object, ...]:
 
 def test_reclaim_never_leaves_borrowers_alone() -> None:
     a, b, running = _borrowed_cohort("Never", prio=0)
-    d = schedule(snap([a, b], running, [wl("p", "a", gpu=2, prio=9)]))  # type: ignore[list-item]
+    d = schedule(snap([a, b], running, [wl("p", "a", gpu=2, prio=9)]))
     assert d.preemptions == ()
     assert "lent to other queues of cohort c" in d.pending["p"].message
 
 
 def test_reclaim_lower_priority_takes_back_lent_quota_from_lower_only() -> None:
     a, b, running = _borrowed_cohort("LowerPriority", prio=0)
-    d = schedule(snap([a, b], running, [wl("p", "a", gpu=2, prio=9)]))  # type: ignore[list-item]
+    d = schedule(snap([a, b], running, [wl("p", "a", gpu=2, prio=9)]))
     assert victims(d) == ["b-borrow"]
     assert d.preemptions[0].reason == "InCohortReclamation"
     a, b, running = _borrowed_cohort("LowerPriority", prio=9)
-    d = schedule(snap([a, b], running, [wl("p", "a", gpu=2, prio=9)]))  # type: ignore[list-item]
+    d = schedule(snap([a, b], running, [wl("p", "a", gpu=2, prio=9)]))
     assert d.preemptions == ()
 
 
 def test_reclaim_any_takes_back_lent_quota_from_higher_priority_too() -> None:
     a, b, running = _borrowed_cohort("Any", prio=100)
-    d = schedule(snap([a, b], running, [wl("p", "a", gpu=2, prio=0)]))  # type: ignore[list-item]
+    d = schedule(snap([a, b], running, [wl("p", "a", gpu=2, prio=0)]))
     assert victims(d) == ["b-borrow"]
 
 
 def test_reclaim_only_while_below_nominal_and_only_up_to_nominal() -> None:
     a, b, running = _borrowed_cohort("Any", prio=0)
     # a wants 5 > its nominal 4: that is borrowing, not reclaiming.
-    d = schedule(snap([a, b], running, [wl("p", "a", gpu=5, prio=9)]))  # type: ignore[list-item]
+    d = schedule(snap([a, b], running, [wl("p", "a", gpu=5, prio=9)]))
     assert d.preemptions == ()
     # a already at nominal (borrowed room is b's own quota): nothing to reclaim.
-    full = [*running[:1], adm(wl("a-own", "a", gpu=4))]  # type: ignore[list-item]
-    d = schedule(snap([a, b], full, [wl("p", "a", gpu=1, prio=9)]))  # type: ignore[list-item]
+    full = [*running[:1], adm(wl("a-own", "a", gpu=4))]
+    d = schedule(snap([a, b], full, [wl("p", "a", gpu=1, prio=9)]))
     assert d.preemptions == ()
 
 

@@ -29,7 +29,7 @@ def queues(draw: st.DrawFn) -> list[ClusterQueue]:
             res = {"gpu": (gpu, borrow, lend)}
             if draw(st.booleans()):
                 res["cpu"] = (draw(st.integers(0, 8)) * 1000, None, None)
-            flavors.append(fq(f, **res))  # type: ignore[arg-type]
+            flavors.append(fq(f, **res))
         out.append(
             cq(
                 f"q{i}",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from taugrid.domain.quota import (
+    RESOURCES,
     Admitted,
     ClusterQueue,
     Flavor,
@@ -24,12 +25,12 @@ Q = int | tuple[int, int | None, int | None]  # nominal, or (nominal, borrowing,
 
 def fq(flavor: str, **resources: Q) -> FlavorQuotas:
     out: dict[Resource, ResourceQuota] = {}
-    for res, q in resources.items():
-        assert res in ("gpu", "cpu", "memory")
-        if isinstance(q, int):
-            out[res] = ResourceQuota(q)  # type: ignore[index]
-        else:
-            out[res] = ResourceQuota(q[0], q[1], q[2])  # type: ignore[index]
+    for res in RESOURCES:
+        q = resources.get(res)
+        if q is None:
+            continue
+        out[res] = ResourceQuota(q) if isinstance(q, int) else ResourceQuota(*q)
+    assert set(resources) <= set(RESOURCES), resources
     return FlavorQuotas(flavor, out)
 
 
@@ -64,10 +65,8 @@ def wl(
     ws: str = "ws",
     gpu_type: str | None = None,
 ) -> Workload:
-    req: dict[Resource, int] = {}
-    for res, v in (("gpu", gpu), ("cpu", cpu), ("memory", memory)):
-        if v:
-            req[res] = v  # type: ignore[index]
+    amounts: dict[Resource, int] = {"gpu": gpu, "cpu": cpu, "memory": memory}
+    req = {res: v for res, v in amounts.items() if v}
     return Workload(id, queue, ws, user, prio, at, req, gpu_type)
 
 

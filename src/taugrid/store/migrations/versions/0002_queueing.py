@@ -21,6 +21,7 @@ def upgrade() -> None:
         batch.add_column(sa.Column("gpu_type", sa.String(63), nullable=True))
         batch.add_column(sa.Column("flavor", sa.String(63), nullable=True))
         batch.add_column(sa.Column("preempt_requested_at", sa.Float, nullable=True))
+    op.create_index("ix_runs_queued_seq", "runs", ["queued_seq"])
     op.create_table(
         "policies",
         sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
@@ -34,6 +35,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("policies")
+    op.drop_index("ix_runs_queued_seq", "runs")
     with op.batch_alter_table("runs") as batch:
         for col in (
             "preempt_requested_at",
