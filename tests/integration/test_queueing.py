@@ -175,3 +175,24 @@ def test_queue_order_and_preempted_runs_survive_a_restart(tau: Tau, tmp_path: Pa
     assert tau.json("status", waiting[1])["state"] == "QUEUED"
     for i in range(3):
         (tmp_path / f"w{i}.gate").write_text("go")
+
+
+def test_user_limits_and_unknown_priority(tau: Tau, tmp_path: Path) -> None:
+    tau.start_server("--gpus", "4")
+    policy = write_spec(
+        tmp_path, POLICY.replace("max_running_runs: 3", "max_running_runs: 1"), "policy.yaml"
+    )
+    tau("admin", "policy", "apply", str(policy), check=True)
+    bad = tau(
+        "run", "--set", "workspace=b", "--queue", "main", "--priority", "urgent", "--", "true"
+    )
+    assert bad.returncode == 2 and "priorities: low, normal, high" in bad.stderr
+    first = _submit(tau, tmp_path, "u0", "--set", "workspace=b", "--queue", "main")
+    tau.wait_state(first, {"RUNNING"})
+    second = _submit(tau, tmp_path, "u1", "--set", "workspace=b", "--queue", "main")
+    time.sleep(0.5)
+    pend = tau.json("status", second)["pending"]
+    assert pend["reason"] == "UserLimit", pend
+    (tmp_path / "u0.gate").write_text("go")
+    tau.wait_state(second, {"RUNNING"})
+    (tmp_path / "u1.gate").write_text("go")

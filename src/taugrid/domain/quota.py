@@ -83,6 +83,9 @@ class Admitted:
     flavor: str  # the flavor all of its resources were assigned from
     admitted_at: float = 0.0
     evicting: bool = False  # being preempted: still holds quota until its process stops
+    # The pending workload whose preemption is evicting it (Preemption.preemptor_id), when
+    # known: the scheduler keeps that quota for that preemptor while the victim stops.
+    preempted_by: str | None = None
 
 
 @dataclass(frozen=True)

@@ -112,6 +112,14 @@ class Cycle:
         self.flavor_cache: dict[tuple[str, str | None], tuple[str, ...]] = {}
         self.no_room_text: dict[tuple[str, tuple[str, ...], Demand], str] = {}
         self.admitted_ids: set[str] = set()
+        # Evicting workloads kept for the pending preemptor that chose them.
+        waiting_ids = {w.id for w in snap.pending}
+        self.claims: dict[str, list[tuple[Admitted, Demand]]] = {}
+        self.kept_for: dict[str, str] = {}
+        for a in snap.admitted:
+            if a.evicting and a.preempted_by is not None and a.preempted_by in waiting_ids:
+                self.claims.setdefault(a.preempted_by, []).append((a, demand_of(a.workload)))
+                self.kept_for[a.workload.id] = a.preempted_by
         for a in snap.admitted:
             w = a.workload
             d = demand_of(w)
@@ -233,13 +241,21 @@ class Cycle:
         if cq.within_cluster_queue != "Never" or (
             cq.reclaim_within_cohort != "Never" and cq.cohort is not None
         ):
-            for f in e.flavors:
-                if self._failed_before(self.no_victims, e, f):
+            claims = self.claims.get(w.id, [])
+            flavors = e.flavors
+            if claims:  # where its victims are stopping first: no new victims elsewhere
+                flavors = (claims[0][0].flavor, *[f for f in flavors if f != claims[0][0].flavor])
+            for f in flavors:
+                if not claims and self._failed_before(self.no_victims, e, f):
                     continue
-                victims = find_victims(self.future, cq, f, w, d, self.candidates, self.taken)
-                if not victims:
-                    self._remember_failure(self.no_victims, e, f)
+                victims = find_victims(
+                    self.future, cq, f, w, d, self.candidates, self.taken, claims, self.kept_for
+                )
+                if victims is None:
+                    if not claims:
+                        self._remember_failure(self.no_victims, e, f)
                     continue
+                # [] : it fits once runs being evicted have stopped; it waits and keeps the room.
                 self._preempt(e, f, victims)
                 self._reserve(w, d, f)
                 fresh = [v.admitted.workload.id for v in victims if not v.admitted.evicting]
@@ -405,11 +421,16 @@ class Cycle:
                 if stopping:
                     text += f" and waiting for {plural(len(stopping), 'stopping run')}"
                 text += f" to free {need} of flavor {flavor} in queue {q};"
-            else:
+            elif stopping:
                 text = (
                     f"{need} of flavor {flavor} in queue {q} will be free once"
                     f" {plural(len(stopping), 'run')} being preempted ({ids(stopping)})"
                     f" {'has' if len(stopping) == 1 else 'have'} stopped;"
+                )
+            else:
+                text = (
+                    f"{need} of flavor {flavor} in queue {q} will be free once the runs being"
+                    " preempted there have stopped;"
                 )
             text += " it starts then"
         elif reason == "BlockedByHead":

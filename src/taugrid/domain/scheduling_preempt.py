@@ -11,10 +11,12 @@ Candidates:
   preemptor's queue is below its nominal quota in those resources, and then the preemptor
   must fit within its nominal quota: it takes back what it lent, no more.
 
-Workloads already being evicted are candidates too, under the same rules, and come first:
-they free their quota anyway, so a preemptor whose need they cover chooses no new victim and
-waits for them; the caller never preempts them again. Then: other queues first (those
-borrowing most first), then lower priority, then the most recently admitted.
+Workloads already being evicted come first: the ones this preemptor chose in an earlier
+cycle (``Admitted.preempted_by``; nobody else may count on them), then others under the same
+rules as any candidate (they free their quota anyway). So a preemptor whose need they cover
+chooses no new victim and waits for them; the caller never preempts them again. Then: other
+queues first (those borrowing most first), then lower priority, then the most recently
+admitted.
 
 Victims are removed in that order until the preemptor fits (a cohort victim is skipped once
 its queue stops borrowing), then each one but the last is put back if the preemptor still
@@ -35,6 +37,7 @@ class Victim:
     admitted: Admitted
     demand: Demand
     own_queue: bool  # False: reclaimed from another queue of the cohort
+    claimed: bool = False  # evicting already, by this same preemptor's earlier decision
 
     @property
     def cluster_queue(self) -> str:
@@ -65,18 +68,30 @@ def find_victims(
     demand: Demand,
     admitted: Mapping[tuple[str, str], Sequence[tuple[Admitted, Demand]]],
     taken: set[str],
+    claims: Sequence[tuple[Admitted, Demand]] = (),
+    kept_for: Mapping[str, str] | None = None,
 ) -> list[Victim] | None:
     """A minimal set of victims after which ``preemptor`` fits ``flavor`` of ``cq`` in
-    ``usage`` (which is left as it was), or None. ``admitted`` indexes the workloads that
-    may be chosen by (queue, flavor); ``taken`` are victims already chosen this cycle."""
+    ``usage`` (which is left as it was), or None; [] when it fits already.
+
+    ``admitted`` indexes the workloads that may be chosen by (queue, flavor); ``taken`` are
+    victims already chosen this cycle; ``claims`` are the evicting workloads this preemptor
+    chose earlier (first in line, whatever the policy), and ``kept_for`` maps every such
+    workload to its preemptor so that no other preemptor counts on it."""
     need = [r for r, v in demand if v > usage.available(cq.name, (flavor, r))]
     if not need:
         return []
+    kept_for = kept_for or {}
+    mine = [
+        Victim(adm, d, adm.workload.cluster_queue == cq.name, claimed=True)
+        for adm, d in claims
+        if adm.flavor == flavor and adm.workload.id not in taken
+    ]
     own: list[Victim] = []
     if cq.within_cluster_queue != "Never":
         for adm, d in admitted.get((cq.name, flavor), ()):
             w = adm.workload
-            if w.id in taken or not _touches(d, need):
+            if w.id in taken or w.id in kept_for or not _touches(d, need):
                 continue
             if may_preempt_within(cq.within_cluster_queue, preemptor, w):
                 own.append(Victim(adm, d, True))
@@ -91,7 +106,7 @@ def find_victims(
                 continue
             for adm, d in admitted.get((member, flavor), ()):
                 w = adm.workload
-                if w.id in taken or not _touches(d, need):
+                if w.id in taken or w.id in kept_for or not _touches(d, need):
                     continue
                 if may_reclaim(cq.reclaim_within_cohort, preemptor, w):
                     others.append((lent, Victim(adm, d, False)))
@@ -99,12 +114,14 @@ def find_victims(
     if others and usage.below_nominal(cq.name, flavor, need):
         both = [(_order(v, -lent), v) for lent, v in others] + [(_order(v, 0), v) for v in own]
         both.sort(key=lambda kv: kv[0])
-        found = _minimal(usage, cq.name, flavor, demand, need, [v for _, v in both], borrow=False)
+        found = _minimal(
+            usage, cq.name, flavor, demand, need, mine + [v for _, v in both], borrow=False
+        )
         if found is not None:
             return found
-    if not own:
+    if not own and not mine:
         return None
-    return _minimal(usage, cq.name, flavor, demand, need, own, borrow=True)
+    return _minimal(usage, cq.name, flavor, demand, need, mine + own, borrow=True)
 
 
 def _order(v: Victim, lent: int) -> tuple[bool, bool, int, int, float, str]:
@@ -131,7 +148,7 @@ def _minimal(
     removed: list[Victim] = []
     fits = False
     for v in candidates:
-        if not v.own_queue and usage.borrowed(v.cluster_queue, flavor, need) <= 0:
+        if not (v.own_queue or v.claimed) and usage.borrowed(v.cluster_queue, flavor, need) <= 0:
             continue  # that queue gave back what it borrowed already
         usage.add(v.cluster_queue, flavor, v.demand, -1)
         removed.append(v)

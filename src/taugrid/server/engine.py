@@ -50,6 +50,7 @@ class RunEngine:
         # derived state, recomputed on each pass, so it needs no storage.
         self.pending: dict[str, Pending] = {}
         self._preempt_messages: dict[str, str] = {}
+        self._preemptors: dict[str, str] = {}  # victim -> the run it makes room for
         self._dirty = True
         self._scheduled_at = 0.0
         self.snapshots_dir = snapshots_dir
@@ -79,10 +80,12 @@ class RunEngine:
         self._wake.set()
 
     def _loop(self) -> None:
-        last = 0.0
+        last, cost = 0.0, 0.0
         while not self._stop.is_set():
-            gap = MIN_PASS_INTERVAL_S - (time.monotonic() - last)
-            if gap > 0:  # a burst of wake-ups (many submits) becomes one pass, not one each
+            # A burst of wake-ups (many submits) becomes one pass, not one each; and passes
+            # are spaced by twice their own cost, so a deep queue can't starve the API.
+            gap = max(MIN_PASS_INTERVAL_S, 2 * cost) - (time.monotonic() - last)
+            if gap > 0:
                 self._stop.wait(gap)
             last = time.monotonic()
             self._wake.clear()
@@ -90,6 +93,7 @@ class RunEngine:
                 self.step()
             except Exception:  # the loop must outlive any one bad run or DB hiccup
                 log.exception("engine pass failed")
+            cost = time.monotonic() - last
             self._wake.wait(self.poll_interval_s)
 
     # -- one pass -----------------------------------------------------------------------
@@ -153,6 +157,7 @@ class RunEngine:
 
     def _requeue_preempted(self, run: Row, attempt_update: dict[str, Any]) -> None:
         """PREEMPTED, then back in its queue; it restarts as a new attempt when admitted."""
+        self._preemptors.pop(run["id"], None)
         msg = self._preempt_messages.pop(
             run["id"], "preempted to make room for a higher-priority run"
         )
@@ -173,7 +178,7 @@ class RunEngine:
         active = self.store.in_states([S.ADMITTED, S.RUNNING])
         known = self.queueing.policy.domain.queues
         schedulable = [r for r in queued if (r["cluster_queue"] or "default") in known]
-        decisions = schedule(self.queueing.snapshot(schedulable, active))
+        decisions = schedule(self.queueing.snapshot(schedulable, active, self._preemptors))
         pending = dict(decisions.pending)
         for r in queued:
             if r not in schedulable:  # its queue left the policy: say so, don't wait silently
@@ -186,6 +191,7 @@ class RunEngine:
                 )
         for p in decisions.preemptions:
             self._preempt_messages[p.victim_id] = p.message
+            self._preemptors[p.victim_id] = p.preemptor_id
             self.store.update_fields(p.victim_id, preempt_requested_at=self.clock())
         if decisions.preemptions:
             self.wake()  # signal the victims on the next pass

@@ -137,8 +137,16 @@ class Queueing:
         return fields
 
     # -- scheduling ---------------------------------------------------------------------
-    def snapshot(self, queued: Iterable[Row], active: Iterable[Row]) -> Snapshot:
+    def snapshot(
+        self,
+        queued: Iterable[Row],
+        active: Iterable[Row],
+        preempted_by: Mapping[str, str] | None = None,
+    ) -> Snapshot:
+        """``preempted_by``: victim id -> the run its preemption makes room for (known
+        while this server runs; after a restart the victim just counts as evicting)."""
         pol = self.policy.domain
+        preempted_by = preempted_by or {}
         return Snapshot(
             queues=pol.queues,
             flavors=pol.flavors,
@@ -149,6 +157,7 @@ class Queueing:
                     admitted_at=r["updated_at"],
                     evicting=r["preempt_requested_at"] is not None
                     or r["cancel_requested_at"] is not None,
+                    preempted_by=preempted_by.get(r["id"]),
                 )
                 for r in active
             ),

@@ -281,6 +281,22 @@ def test_evicting_workloads_are_never_chosen_again_and_the_preemptor_waits() -> 
     assert victims(d) == ["stay"]
 
 
+def test_each_preemptor_keeps_the_victims_it_chose() -> None:
+    q = cq("a", fq("f", gpu=6), within="LowerPriority")
+    running = [
+        adm(wl("busy", "a", gpu=2, prio=1)),
+        Admitted(wl("v-high", "a", gpu=2, prio=1), "f", 0.0, True, "p-high"),
+        Admitted(wl("v-mid", "a", gpu=2, prio=0), "f", 0.0, True, "p-mid"),
+    ]
+    pending = [wl("p-high", "a", gpu=2, prio=2), wl("p-mid", "a", gpu=1, prio=1)]
+    d = schedule(snap([q], running, pending))
+    assert d.preemptions == () and admitted_ids(d) == []
+    assert d.pending["p-high"].reason == "WaitingForPreemptedWorkloads"
+    assert "(v-high) has stopped" in d.pending["p-high"].message
+    assert d.pending["p-mid"].reason == "WaitingForPreemptedWorkloads"
+    assert "(v-mid) has stopped" in d.pending["p-mid"].message
+
+
 def test_preemptors_quota_is_not_taken_by_a_smaller_run() -> None:
     q = cq("a", fq("f", gpu=8), within="LowerPriority")
     running = [adm(wl("victim", "a", gpu=6, prio=0))]
@@ -290,7 +306,7 @@ def test_preemptors_quota_is_not_taken_by_a_smaller_run() -> None:
     assert d.pending["small"].reason == "WaitingForQuota"
     assert "held for p" in d.pending["small"].message
     # Next cycle, victim still stopping: still nothing for the small run.
-    running = [adm(wl("victim", "a", gpu=6, prio=0), evicting=True)]
+    running = [Admitted(wl("victim", "a", gpu=6, prio=0), "f", 0.0, True, "p")]
     d = schedule(snap([q], running, pending))
     assert d.preemptions == () and admitted_ids(d) == []
     assert d.pending["p"].reason == "WaitingForPreemptedWorkloads"

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_scheduling_support import cq, fq, snap, wl
 
-from taugrid.domain.quota import Admitted, ClusterQueue, Snapshot, UserLimit, Workload
+from taugrid.domain.quota import Admitted, ClusterQueue, Flavor, Snapshot, UserLimit, Workload
 from taugrid.domain.scheduling import Decisions, schedule
 from taugrid.domain.scheduling_preempt import may_preempt_within, may_reclaim
 from taugrid.domain.scheduling_quota import QuotaModel, Usage, demand_of
@@ -58,6 +58,7 @@ def workloads(draw: st.DrawFn, names: list[str], prefix: str, most: int) -> list
                 prio=draw(st.integers(0, 3)),
                 at=float(draw(st.integers(0, 20))),
                 user=draw(st.sampled_from(["ann", "bob", "cy"])),
+                gpu_type=draw(st.sampled_from([None, None, "h100"])),
             )
         )
     return out
@@ -72,21 +73,25 @@ def scenarios(draw: st.DrawFn) -> Snapshot:
         limits["ws"] = UserLimit(
             draw(st.none() | st.integers(1, 3)), draw(st.none() | st.integers(2, 8))
         )
+    flavors = [Flavor("f1", draw(st.sampled_from([None, "h100"]))), Flavor("f2")]
     # Reach a valid admitted state the way the server does: by scheduling earlier runs.
-    first = snap(qs, [], draw(workloads(names, "old", 12)), limits=limits)
+    first = snap(qs, [], draw(workloads(names, "old", 12)), flavors=flavors, limits=limits)
     d = schedule(first)
     admitted = list(apply(first, d).admitted)
     evict = draw(st.lists(st.booleans(), min_size=len(admitted), max_size=len(admitted)))
     admitted = [replace(a, evicting=e) for a, e in zip(admitted, evict, strict=True)]
-    return snap(qs, admitted, draw(workloads(names, "new", 12)), limits=limits)
+    return snap(qs, admitted, draw(workloads(names, "new", 12)), flavors=flavors, limits=limits)
 
 
 def apply(s: Snapshot, d: Decisions) -> Snapshot:
     """What the server does with decisions: admit, and mark victims as evicting."""
     by_id = {w.id: w for w in s.pending}
     at = 1 + max([a.admitted_at for a in s.admitted] + [0.0])
+    by_victim = {p.victim_id: p.preemptor_id for p in d.preemptions}
     admitted = [
-        replace(a, evicting=True) if a.workload.id in {p.victim_id for p in d.preemptions} else a
+        replace(a, evicting=True, preempted_by=by_victim[a.workload.id])
+        if a.workload.id in by_victim
+        else a
         for a in s.admitted
     ]
     admitted += [Admitted(by_id[a.workload_id], a.flavor, at) for a in d.admissions]
@@ -124,9 +129,13 @@ def test_usage_never_exceeds_nominal_plus_borrowable(s: Snapshot) -> None:
 @SETTINGS
 @given(scenarios())
 def test_scheduling_its_own_output_admits_nothing_new(s: Snapshot) -> None:
-    after = apply(s, schedule(s))
-    again = schedule(after)
+    first = schedule(s)
+    again = schedule(apply(s, first))
     assert again.admissions == ()
+    # Preemptors wait for the victims they chose, now evicting, and choose no new ones.
+    assert again.preemptions == ()
+    for p in first.preemptions:
+        assert again.pending[p.preemptor_id].reason == "WaitingForPreemptedWorkloads"
 
 
 @SETTINGS
