@@ -143,14 +143,16 @@ def snapshot_cycles(seed: int = 7) -> tuple[list[float], list[float], dict[str, 
         for p in d.pending.values():
             reasons[p.reason] = reasons.get(p.reason, 0) + 1
         # What the server does between cycles.
-        victims = {p.victim_id for p in d.preemptions}
+        victims = {p.victim_id: p.preemptor_id for p in d.preemptions}
         by_id = {w.id: w for w in pending}
         load.clock += 1.0
         kept = []
         for a in admitted:
             if a.evicting or rng.random() < 0.05:
                 continue  # stopped (evicted) or finished
-            kept.append(replace(a, evicting=True) if a.workload.id in victims else a)
+            if a.workload.id in victims:
+                a = replace(a, evicting=True, preempted_by=victims[a.workload.id])
+            kept.append(a)
         kept += [Admitted(by_id[x.workload_id], x.flavor, load.clock) for x in d.admissions]
         admitted = kept
         taken = {x.workload_id for x in d.admissions}

@@ -15,22 +15,31 @@ scheduling cycles would:
    which every requested resource fits: all or nothing. A flavor with a GPU type serves only
    workloads asking for that type or for none.
 4. StrictFIFO: a workload that cannot be admitted blocks everything behind it in its queue.
-   BestEffortFIFO: later ones may pass it; it keeps its place.
+   BestEffortFIFO: later ones may pass it; it keeps its place. A workload that can never be
+   admitted (no flavor for its GPU type, more than the queue can ever hold) blocks nobody:
+   it is reported (NoMatchingFlavor, ExceedsMaxQuota) and the server rejects such runs at
+   submit (``never_fits``).
 5. A workload that does not fit may preempt (see ``scheduling_preempt``). Victims, and
    workloads already being evicted, hold their quota until they stop, so the scheduler keeps
    two books: *now* (everything admitted) and *future* (the victims a preemptor claimed
    gone, the preemptor's demand reserved in their place). Admission needs room in both: no
    smaller run takes the room a preemptor waits for, and nothing is over-committed while
-   victims stop. Evicting workloads are claimed first, so a preemptor they suffice for
-   waits (WaitingForPreemptedWorkloads) without choosing new victims.
-6. Per-user limits (TauGrid's own, per workspace: running runs and GPUs) hold a workload
-   back with reason UserLimit; it never blocks anyone else.
+   victims stop. A preemptor first claims the evicting workloads it chose earlier
+   (``Admitted.preempted_by``), so it waits (WaitingForPreemptedWorkloads) without choosing
+   new victims, and nobody else counts on them.
+6. Per-user limits (TauGrid's own, per workspace: admitted runs and GPUs, evicting ones and
+   waiting preemptors included) hold a workload back with reason UserLimit; it never blocks
+   anyone else, not even in a StrictFIFO queue.
+7. Pending reasons: WaitingForQuota, WaitingForPreemptedWorkloads, UserLimit, BlockedByHead,
+   NoMatchingFlavor, ExceedsMaxQuota, and QueueNotFound for a run naming no existing queue.
+   Positions count the runs of the queue still waiting after this call's admissions.
 """
 
 from __future__ import annotations
 
 from taugrid.domain.quota import Resource, Snapshot, Workload
-from taugrid.domain.scheduling_cycle import Cycle, flavors_for, never_fits_reason
+from taugrid.domain.scheduling_cycle import Cycle
+from taugrid.domain.scheduling_limits import flavors_for, never_fits_reason
 from taugrid.domain.scheduling_quota import demand_of
 from taugrid.domain.scheduling_types import (
     Admission,

@@ -6,17 +6,11 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Literal
 
-from taugrid.domain.quota import RESOURCES, Admitted, ClusterQueue, Resource, Snapshot, Workload
+from taugrid.domain.quota import RESOURCES, Admitted, Resource, Snapshot, Workload
+from taugrid.domain.scheduling_limits import UserBook, flavors_for, never_fits_reason
 from taugrid.domain.scheduling_preempt import Victim, find_victims
 from taugrid.domain.scheduling_quota import Demand, QuotaModel, Usage, demand_of
-from taugrid.domain.scheduling_text import (
-    amount,
-    flavor_types,
-    ids,
-    never_sentence,
-    no_room,
-    plural,
-)
+from taugrid.domain.scheduling_text import amount, no_room, preempting
 from taugrid.domain.scheduling_types import (
     Admission,
     Decisions,
@@ -26,55 +20,14 @@ from taugrid.domain.scheduling_types import (
 )
 
 
-def never_fits_reason(
-    w: Workload, snap: Snapshot, model: QuotaModel | None = None
-) -> tuple[str, str] | None:
-    """(reason word, sentence) behind ``never_fits``."""
-    cq = snap.queues.get(w.cluster_queue)
-    if cq is None:
-        names = ", ".join(sorted(snap.queues)) or "(none)"
-        return ("QueueNotFound", f"queue {w.cluster_queue} does not exist; queues: {names}")
-    model = model or QuotaModel(snap.queues)
-    demand = demand_of(w)
-    flavors = flavors_for(cq, w.gpu_type, snap)
-    lim = snap.user_limits.get(w.workspace)
-    if lim is not None:
-        gpus = w.requests.get("gpu", 0)
-        if lim.max_running == 0:
-            return ("UserLimit", f"users may run no runs in workspace {w.workspace}")
-        if lim.max_gpus is not None and gpus > lim.max_gpus:
-            return (
-                "UserLimit",
-                f"asks for {amount('gpu', gpus)} but a user may hold at most"
-                f" {lim.max_gpus} in workspace {w.workspace}, so it can never run",
-            )
-    fits_somewhere = any(
-        all(v <= model.max_capacity(cq.name, (f, r)) for r, v in demand) for f in flavors
-    )
-    if flavors and fits_somewhere:
-        return None
-    offered = [fq.flavor for fq in cq.flavors]
-    return never_sentence(w, demand, model, flavor_types(dict(snap.flavors), offered), flavors)
-
-
-def flavors_for(cq: ClusterQueue, gpu_type: str | None, snap: Snapshot) -> tuple[str, ...]:
-    """The queue's flavors that may serve a workload asking for ``gpu_type``, in order."""
-    out = []
-    for fq in cq.flavors:
-        flavor = snap.flavors.get(fq.flavor)
-        if gpu_type is None or (flavor is not None and flavor.gpu_type == gpu_type):
-            out.append(fq.flavor)
-    return tuple(out)
-
-
 @dataclass(slots=True)
 class _Entry:
     w: Workload
     demand: Demand
     dense: tuple[int, ...]
     flavors: tuple[str, ...]
-    position: int
-    total: int
+    position: int = 0  # among the runs of its queue left waiting, set at the end
+    total: int = 0
     reason: str = ""
     detail: tuple[str, ...] = ()
 
@@ -95,16 +48,16 @@ class Cycle:
         self.future = Usage(self.model)  # claimed victims gone, their preemptors reserved
         self.runs: dict[tuple[str, str], int] = {}
         self.candidates: dict[tuple[str, str], list[tuple[Admitted, Demand]]] = {}
-        self.user_runs: dict[tuple[str, str], int] = {}
-        self.user_gpus: dict[tuple[str, str], int] = {}
+        self.users = UserBook(snap.user_limits)
         self.taken: set[str] = set()
         self.reserved_by: dict[tuple[tuple[str, str], str], list[str]] = {}
-        # Known failures, valid while nothing changes in the queue's cohort (``version``): a
-        # run asking at least as much of every resource fails too.
+        # Valid while nothing changes in the queue's cohort (``version``): the room left per
+        # queue and flavor, and failed victim searches (a run asking at least as much of
+        # every resource fails too).
         self.version: dict[tuple[str, str], int] = {}
-        self.no_fit: _Memo = {}
+        self.rooms: dict[tuple[str, str], tuple[int, tuple[int, ...]]] = {}
         self.no_victims: _Memo = {}
-        self.ever_fits: dict[tuple[str, tuple[str, ...], tuple[int, ...]], bool] = {}
+        self.most: dict[tuple[str, str], tuple[int, ...]] = {}  # max_capacity per resource
         self.admissions: list[Admission] = []
         self.preemptions: list[Preemption] = []
         self.waiting: dict[str, _Entry] = {}
@@ -129,11 +82,11 @@ class Cycle:
             self.runs[key] = self.runs.get(key, 0) + 1
             self.future.add(w.cluster_queue, a.flavor, d)
             self.candidates.setdefault(key, []).append((a, d))
-            self._count_user(w, 1)
+            self.users.count(w)
 
     # -- the two passes -----------------------------------------------------------------
     def run(self) -> Decisions:
-        todo = self._entries()
+        entries = todo = self._entries()
         while todo:
             blocked = self._passes(todo)
             # A StrictFIFO head waiting for quota may have reached its user's limit since
@@ -142,12 +95,20 @@ class Cycle:
             # cycle would do anyway.
             todo = []
             for head in blocked.values():
-                held = self._user_block(head.w) if head.reason == "WaitingForQuota" else None
+                held = self.users.blocked(head.w) if head.reason == "WaitingForQuota" else None
                 if held is not None:
                     self._wait(head, "UserLimit", held, result=_SKIPPED)
                     todo += self.behind.pop(head.w.id, [])
             todo.sort(key=lambda e: queue_order(e.w))
-        pending = {i: self._pending(e) for i, e in self.waiting.items()}
+        # Positions among the runs still waiting once this cycle's admissions are applied.
+        waiting = self.waiting
+        left = [e for e in entries if e.w.id in waiting]
+        totals: dict[str, int] = {}
+        for e in left:
+            totals[e.w.cluster_queue] = e.position = totals.get(e.w.cluster_queue, 0) + 1
+        for e in left:
+            e.total = totals[e.w.cluster_queue]
+        pending = {e.w.id: self._pending(e) for e in left}
         return Decisions(tuple(self.admissions), tuple(self.preemptions), pending)
 
     def _passes(self, entries: list[_Entry]) -> dict[str, _Entry]:
@@ -184,16 +145,11 @@ class Cycle:
         # queue_order, as two stable C-level sorts (a reversed sort keeps ties in order).
         ordered.sort(key=attrgetter("created", "id"))
         ordered.sort(key=attrgetter("priority"), reverse=True)
-        totals: dict[str, int] = {}
-        for w in ordered:
-            totals[w.cluster_queue] = totals.get(w.cluster_queue, 0) + 1
-        seen: dict[str, int] = {}
         shapes: dict[tuple[int, ...], Demand] = {}
         flavors = self.flavor_cache
         out = []
         for w in ordered:
             q = w.cluster_queue
-            seen[q] = n = seen.get(q, 0) + 1
             req = w.requests
             dense = (req.get("gpu", 0), req.get("cpu", 0), req.get("memory", 0))
             demand = shapes.get(dense)
@@ -202,7 +158,7 @@ class Cycle:
             fl = flavors.get((q, w.gpu_type))
             if fl is None:
                 fl = self._flavors(w)
-            out.append(_Entry(w, demand, dense, fl, n, totals[q]))
+            out.append(_Entry(w, demand, dense, fl))
         return out
 
     def _flavors(self, w: Workload) -> tuple[str, ...]:
@@ -222,21 +178,20 @@ class Cycle:
             never = never_fits_reason(w, self.snap, self.model)
             if never is not None:
                 return self._wait(e, never[0], never[1], result=_SKIPPED)
-        held = self._user_block(w)
+        held = self.users.blocked(w)
         if held is not None:
             # A per-user limit says nothing about the queue's capacity: if the run held back
             # blocked a StrictFIFO queue, one user at their limit would stall every other
             # user of the queue, which is what the limit exists to prevent. So it is skipped.
             return self._wait(e, "UserLimit", held, result=_SKIPPED)
+        g, c, m = e.dense
         for f in e.flavors:
-            if self._failed_before(self.no_fit, e, f):
-                continue
-            if self.now.fits(q, f, d) and self.future.fits(q, f, d):
+            cg, cc, cm = self._room(q, f)
+            if (g <= cg or not g) and (c <= cc or not c) and (m <= cm or not m):
                 if not borrow and (self.now.borrows(q, f, d) or self.future.borrows(q, f, d)):
                     return _DEFERRED
                 self._admit(e, f)
                 return _ADMITTED
-            self._remember_failure(self.no_fit, e, f)
         cq = self.snap.queues[q]
         if cq.within_cluster_queue != "Never" or (
             cq.reclaim_within_cohort != "Never" and cq.cohort is not None
@@ -295,46 +250,36 @@ class Cycle:
             if len(known[2]) < 8:
                 known[2].append(e.dense)
 
+    def _room(self, q: str, flavor: str) -> tuple[int, ...]:
+        """What ``q`` can still take of each resource of ``flavor`` in both books (room in
+        both is what admission needs), recomputed only after its cohort changed."""
+        version = self.version.get(self.model.scope(q), 0)
+        known = self.rooms.get((q, flavor))
+        if known is not None and known[0] == version:
+            return known[1]
+        now, future = self.now, self.future
+        room = tuple(
+            min(now.available(q, (flavor, r)), future.available(q, (flavor, r))) for r in RESOURCES
+        )
+        self.rooms[(q, flavor)] = (version, room)
+        return room
+
     def _changed(self, q: str) -> None:
         scope = self.model.scope(q)
         self.version[scope] = self.version.get(scope, 0) + 1
 
     def _could_ever_fit(self, e: _Entry) -> bool:
-        model, q = self.model, e.w.cluster_queue
-        key = (q, e.flavors, e.dense)
-        found = self.ever_fits.get(key)
-        if found is None:
-            found = any(
-                all(v <= model.max_capacity(q, (f, r)) for r, v in e.demand) for f in e.flavors
-            )
-            self.ever_fits[key] = found
-        return found
-
-    def _user_block(self, w: Workload) -> str | None:
-        lim = self.snap.user_limits.get(w.workspace)
-        if lim is None:
-            return None
-        key = (w.workspace, w.user)
-        running = self.user_runs.get(key, 0)
-        if lim.max_running is not None and running >= lim.max_running:
-            return (
-                f"user {w.user} already has {running} of {lim.max_running} allowed"
-                f" {'run' if lim.max_running == 1 else 'runs'} admitted in workspace"
-                f" {w.workspace}"
-            )
-        gpus = self.user_gpus.get(key, 0)
-        want = w.requests.get("gpu", 0)
-        if lim.max_gpus is not None and gpus + want > lim.max_gpus:
-            return (
-                f"user {w.user} holds {amount('gpu', gpus)} in workspace {w.workspace};"
-                f" {want} more would pass the per-user limit of {lim.max_gpus}"
-            )
-        return None
-
-    def _count_user(self, w: Workload, sign: int) -> None:
-        key = (w.workspace, w.user)
-        self.user_runs[key] = self.user_runs.get(key, 0) + sign
-        self.user_gpus[key] = self.user_gpus.get(key, 0) + sign * w.requests.get("gpu", 0)
+        g, c, m = e.dense
+        for f in e.flavors:
+            key = (e.w.cluster_queue, f)
+            most = self.most.get(key)
+            if most is None:
+                most = tuple(self.model.max_capacity(key[0], (f, r)) for r in RESOURCES)
+                self.most[key] = most
+            mg, mc, mm = most
+            if (g <= mg or not g) and (c <= mc or not c) and (m <= mm or not m):
+                return True
+        return False
 
     def _admit(self, e: _Entry, flavor: str) -> None:
         w, d = e.w, e.demand
@@ -352,7 +297,7 @@ class Cycle:
         self._changed(q)
         key = (q, flavor)
         self.runs[key] = self.runs.get(key, 0) + 1
-        self._count_user(w, 1)
+        self.users.count(w)
         self.admissions.append(Admission(w.id, q, flavor, borrowed))
         self.waiting.pop(w.id, None)
 
@@ -360,7 +305,7 @@ class Cycle:
         q = w.cluster_queue
         self.future.add(q, flavor, d)
         self._changed(q)
-        self._count_user(w, 1)  # its user's slot is held for it too
+        self.users.count(w)  # its user's slot is held for it too
         self.reserved_by.setdefault((self.model.scope(q), flavor), []).append(w.id)
 
     def _preempt(self, e: _Entry, flavor: str, victims: list[Victim]) -> None:
@@ -401,39 +346,20 @@ class Cycle:
 
     # -- sentences ------------------------------------------------------------------------
     def _pending(self, e: _Entry) -> Pending:
-        w, reason = e.w, e.reason
-        q = w.cluster_queue
-        if reason == "WaitingForQuota":
+        w, q = e.w, e.w.cluster_queue
+        if e.reason == "WaitingForQuota":
             key = (q, e.flavors, e.demand)
-            found = self.no_room_text.get(key)
-            if found is None:
-                found = no_room(
+            text = self.no_room_text.get(key)
+            if text is None:
+                text = no_room(
                     w, e.demand, e.flavors, self.now, self.future, self.runs, self.reserved_by
                 )
-                self.no_room_text[key] = found
-            text = found
-        elif reason == "WaitingForPreemptedWorkloads":
-            flavor, n_fresh = e.detail[0], int(e.detail[1])
-            fresh, stopping = list(e.detail[2 : 2 + n_fresh]), list(e.detail[2 + n_fresh :])
-            need = ", ".join(amount(r, v) for r, v in e.demand)
-            if fresh:
-                text = f"preempting {plural(len(fresh), 'run')} ({ids(fresh)})"
-                if stopping:
-                    text += f" and waiting for {plural(len(stopping), 'stopping run')}"
-                text += f" to free {need} of flavor {flavor} in queue {q};"
-            elif stopping:
-                text = (
-                    f"{need} of flavor {flavor} in queue {q} will be free once"
-                    f" {plural(len(stopping), 'run')} being preempted ({ids(stopping)})"
-                    f" {'has' if len(stopping) == 1 else 'have'} stopped;"
-                )
-            else:
-                text = (
-                    f"{need} of flavor {flavor} in queue {q} will be free once the runs being"
-                    " preempted there have stopped;"
-                )
-            text += " it starts then"
-        elif reason == "BlockedByHead":
+                self.no_room_text[key] = text
+        elif e.reason == "WaitingForPreemptedWorkloads":
+            n_fresh = int(e.detail[1])
+            fresh, stopping = e.detail[2 : 2 + n_fresh], e.detail[2 + n_fresh :]
+            text = preempting(q, e.detail[0], e.demand, fresh, stopping)
+        elif e.reason == "BlockedByHead":
             text = (
                 f"queue {q} is StrictFIFO and its head {e.detail[0]} cannot start yet"
                 f" ({e.detail[1]}); nothing behind the head is admitted before it"
@@ -441,4 +367,4 @@ class Cycle:
         else:
             text = e.detail[0]
         text += f"; position {e.position} of {e.total} in queue {q}"
-        return Pending(w.id, q, e.position, reason, text)
+        return Pending(w.id, q, e.position, e.reason, text)

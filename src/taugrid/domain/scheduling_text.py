@@ -36,7 +36,7 @@ def plural(n: int, word: str) -> str:
 
 
 def ids(workloads: Sequence[str], most: int = 3) -> str:
-    shown = ", ".join(workloads[:most])
+    shown = ", ".join(list(workloads)[:most])
     more = len(workloads) - most
     return shown + (f" and {more} more" if more > 0 else "")
 
@@ -123,6 +123,30 @@ def _flavor_no_room(
     return text
 
 
+def preempting(
+    cq: str, flavor: str, demand: Demand, fresh: Sequence[str], stopping: Sequence[str]
+) -> str:
+    """A preemptor's wait: the victims it just chose and/or the ones still stopping."""
+    need = ", ".join(amount(r, v) for r, v in demand)
+    if fresh:
+        text = f"preempting {plural(len(fresh), 'run')} ({ids(fresh)})"
+        if stopping:
+            text += f" and waiting for {plural(len(stopping), 'stopping run')}"
+        text += f" to free {need} of flavor {flavor} in queue {cq};"
+    elif stopping:
+        text = (
+            f"{need} of flavor {flavor} in queue {cq} will be free once"
+            f" {plural(len(stopping), 'run')} being preempted ({ids(stopping)})"
+            f" {'has' if len(stopping) == 1 else 'have'} stopped;"
+        )
+    else:
+        text = (
+            f"{need} of flavor {flavor} in queue {cq} will be free once the runs being"
+            " preempted there have stopped;"
+        )
+    return text + " it starts then"
+
+
 def never_sentence(
     w: Workload,
     demand: Demand,
@@ -146,15 +170,20 @@ def never_sentence(
         for res, value in demand:
             most = model.max_capacity(cq, (flavor, res))
             if value > most:
-                why.append(f"{amount(res, most)} of flavor {flavor}")
+                text = f"{amount(res, max(0, most))} of flavor {flavor}"
+                why.append(text + (f" (it has no {res} quota there)" if most <= 0 else ""))
                 break
     res_names = ", ".join(amount(r, v) for r, v in demand)
     cohort = model.cohort_of.get(cq)
-    scope = f"even with cohort {cohort} lending all it can" if cohort else "(it has no cohort)"
+    scope = (
+        f"even with cohort {cohort} lending all it can"
+        if cohort
+        else "with no cohort to borrow from"
+    )
     return (
         "ExceedsMaxQuota",
-        f"asks for {res_names} but queue {cq} can never hold more than "
-        f"{'; '.join(why)} {scope}, so it can never be admitted",
+        f"asks for {res_names} but queue {cq} can hold at most {' or '.join(why)} {scope},"
+        " so it can never be admitted",
     )
 
 

@@ -27,7 +27,7 @@ from taugrid.spec import expand_at_launch, parse_duration
 from taugrid.store.runs import Row, RunStore, Transition
 
 log = logging.getLogger("taugrid.engine")
-MIN_PASS_INTERVAL_S = 0.01
+MIN_PASS_INTERVAL_S = 0.025
 RESCHEDULE_EVERY_S = 2.0
 S = RunState
 

@@ -106,6 +106,18 @@ def test_positions_follow_queue_order() -> None:
     assert "position 2 of 5 in queue a" in d.pending["w3"].message
 
 
+def test_positions_count_only_runs_still_waiting() -> None:
+    q = cq("a", fq("f", gpu=2))
+    pending = [wl(f"w{i}", "a", gpu=1, at=i) for i in range(5)]
+    d = schedule(snap([q], [], pending))
+    assert admitted_ids(d) == ["w0", "w1"]
+    assert {k: (p.position, p.message[-26:]) for k, p in d.pending.items()} == {
+        "w2": (1, "position 1 of 3 in queue a"),
+        "w3": (2, "position 2 of 3 in queue a"),
+        "w4": (3, "position 3 of 3 in queue a"),
+    }
+
+
 def test_across_queues_higher_priority_then_older_wins_shared_quota() -> None:
     a = cq("a", fq("f", gpu=0), cohort="c")
     b = cq("b", fq("f", gpu=0), cohort="c")
@@ -512,3 +524,33 @@ def test_no_workload_is_both_admitted_and_pending() -> None:
     d = schedule(snap([q], [], pending))
     assert set(admitted_ids(d)) == {"w0", "w1"}
     assert set(d.pending) == {"w2", "w3"}
+
+
+def test_a_run_that_can_never_fit_does_not_block_a_strict_fifo_queue() -> None:
+    q = cq("a", fq("f", gpu=4), strict=True)
+    d = schedule(snap([q], [], [wl("huge", "a", gpu=9, at=1), wl("ok", "a", gpu=1, at=2)]))
+    assert admitted_ids(d) == ["ok"]
+    assert d.pending["huge"].reason == "ExceedsMaxQuota"
+
+
+def test_a_strict_fifo_head_that_reaches_its_user_limit_stops_blocking() -> None:
+    # ann's head in queue a waits for quota; her run in queue b is admitted in the same
+    # cycle and brings her to her limit: from then on the head is held by the limit and
+    # bob's run behind it is admitted, as the next cycle would do anyway.
+    a = cq("a", fq("f", gpu=2), strict=True)
+    b = cq("b", fq("f", gpu=2))
+    limits = {"ws": UserLimit(max_running=1)}
+    pending = [
+        wl("ann-a", "a", gpu=2, prio=5, user="ann", at=1),
+        wl("ann-b", "b", gpu=1, user="ann", at=2),
+        wl("bob-a", "a", gpu=1, user="bob", at=3),
+    ]
+    d = schedule(snap([a, b], [adm(wl("x", "a", gpu=1, user="cy"))], pending, limits=limits))
+    assert sorted(admitted_ids(d)) == ["ann-b", "bob-a"]
+    assert d.pending["ann-a"].reason == "UserLimit"
+
+
+def test_a_run_naming_no_queue_is_reported() -> None:
+    d = schedule(snap([cq("a", fq("f", gpu=1))], [], [wl("w", "nope", gpu=1)]))
+    assert d.pending["w"].reason == "QueueNotFound"
+    assert "queue nope does not exist; queues: a" in d.pending["w"].message
