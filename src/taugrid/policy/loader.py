@@ -24,7 +24,7 @@ from taugrid.policy.checks import cross_problems
 from taugrid.policy.models import Policy
 from taugrid.spec.messages import pydantic_message, yaml_kind
 from taugrid.spec.paths import concrete, did_you_mean, model_keys
-from taugrid.spec.yamlsrc import Document, Loc, Pos, format_loc, read_yaml
+from taugrid.spec.yamlsrc import Document, Loc, Pos, format_loc, read_text, read_yaml
 
 DEFAULT_SOURCE = "<policy>"
 
@@ -47,13 +47,7 @@ def policy_hash(policy: Policy) -> str:
 def load_policy(path: Path) -> LoadedPolicy:
     """Load ``policy.yaml`` at ``path``; raises :class:`SpecError` with every problem."""
     source = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise SpecError([SpecProblem(source, None, None, "", "is not UTF-8 text")]) from None
-    except OSError as exc:
-        reason = exc.strerror or str(exc)
-        raise SpecError([SpecProblem(source, None, None, "", f"cannot read: {reason}")]) from None
+    text = read_text(path)
     return load_policy_text(text, source)
 
 

@@ -23,7 +23,7 @@ from taugrid.spec.expand import expand, expand_env
 from taugrid.spec.messages import pydantic_message
 from taugrid.spec.models import NAME_MAX, TauSpec, cross_field_problems
 from taugrid.spec.overrides import Override, apply_overrides, parse_overrides
-from taugrid.spec.yamlsrc import Document, Loc, Pos, format_loc, read_yaml
+from taugrid.spec.yamlsrc import Document, Loc, Pos, format_loc, read_text, read_yaml
 
 COMMAND_LINE = "<command line>"
 
@@ -50,13 +50,7 @@ def derive_name(text: str) -> str:
 def load_spec(path: Path, overrides: Sequence[str] = ()) -> LoadedSpec:
     """Load ``tau.yaml`` at ``path``; raises :class:`SpecError` with every problem."""
     source = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise SpecError([SpecProblem(source, None, None, "", "is not UTF-8 text")]) from None
-    except OSError as exc:
-        reason = exc.strerror or str(exc)
-        raise SpecError([SpecProblem(source, None, None, "", f"cannot read: {reason}")]) from None
+    text = read_text(path)
     doc, problems = read_yaml(text, source)
     if doc is not None and doc.data is None:
         problems.append(

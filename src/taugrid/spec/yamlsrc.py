@@ -8,13 +8,14 @@ lets us report *every* duplicate key instead of stopping at the first one.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from taugrid.errors import SpecProblem
+from taugrid.errors import SpecError, SpecProblem
 
 Loc = tuple[str | int, ...]
 _STD_TAG = "tag:yaml.org,2002:"
@@ -160,3 +161,15 @@ def read_yaml(text: str, file: str) -> tuple[Document | None, list[SpecProblem]]
         line, col = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
         return None, [SpecProblem(file, line, col, "", f"invalid YAML: {exc.problem}")]
     return converter.doc, converter.problems
+
+
+def read_text(path: Path) -> str:
+    """A spec or policy file's text, or a :class:`SpecError` naming the file."""
+    source = str(path)
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise SpecError([SpecProblem(source, None, None, "", "is not UTF-8 text")]) from None
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise SpecError([SpecProblem(source, None, None, "", f"cannot read: {reason}")]) from None
