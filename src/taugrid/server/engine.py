@@ -181,7 +181,7 @@ class RunEngine:
         decisions = schedule(self.queueing.snapshot(schedulable, active, self._preemptors))
         pending = dict(decisions.pending)
         for r in queued:
-            if r not in schedulable:  # its queue left the policy: say so, don't wait silently
+            if (r["cluster_queue"] or "default") not in known:  # its queue left the policy
                 pending[r["id"]] = Pending(
                     r["id"],
                     r["cluster_queue"],

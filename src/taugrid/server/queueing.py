@@ -126,10 +126,11 @@ class Queueing:
             ),
             self.snapshot([], []),
         )
-        if why is None and requests["gpu"] > len(self._devices_for(spec.resources.gpu_type)):
+        fitting = len(self._devices_for(spec.resources.gpu_type))
+        if why is None and requests["gpu"] > fitting:
             why = (
                 f"run asks for {requests['gpu']} GPU(s) but this machine has "
-                f"{len(self._devices_for(spec.resources.gpu_type))} that fit; start the server "
+                f"{fitting} that fit; start the server "
                 "with --gpus N (or TAU_LOCAL_GPUS) to declare more"
             )
         if why:

@@ -9,8 +9,6 @@ from pathlib import Path
 from taugrid.home import tau_home
 from taugrid.store.db import default_sqlite_url
 
-DEFAULT_SNAPSHOT_LIMIT = 100 * 2**20
-
 
 @dataclass(frozen=True)
 class ServerSettings:
@@ -19,7 +17,6 @@ class ServerSettings:
     host: str = "127.0.0.1"
     port: int = 0  # 0: pick a free port and publish it in server.json
     gpus: int | None = None  # declared GPUs; None: detect them through NVML
-    snapshot_limit: int = DEFAULT_SNAPSHOT_LIMIT
     poll_interval_s: float = 0.5
 
     @property

@@ -175,16 +175,6 @@ class RunStore:
         with self.engine.connect() as conn:
             return [dict(r) for r in conn.execute(q).mappings()]
 
-    def queued(self) -> list[tuple[str, int, int]]:
-        """(id, gpus, queued_seq) of every queued run, FIFO: what admission needs, no more."""
-        q = (
-            select(runs.c.id, runs.c.gpus, runs.c.queued_seq)
-            .where(runs.c.state == RunState.QUEUED.value)
-            .order_by(runs.c.queued_seq)
-        )
-        with self.engine.connect() as conn:
-            return [(r.id, r.gpus, r.queued_seq) for r in conn.execute(q)]
-
     def gpus_in_use(self) -> set[int]:
         """GPU indices placed on the current attempt of every admitted or running run."""
         q = (
@@ -271,14 +261,6 @@ class RunStore:
     def update_fields(self, run_id: str, **values: Any) -> None:
         with write_transaction(self.engine) as conn:
             conn.execute(update(runs).where(runs.c.id == run_id).values(**values))
-
-    def update_attempt(self, run_id: str, attempt: int, **values: Any) -> None:
-        with write_transaction(self.engine) as conn:
-            conn.execute(
-                update(attempts)
-                .where(attempts.c.run_id == run_id, attempts.c.attempt == attempt)
-                .values(**values)
-            )
 
     def count(self) -> int:
         with self.engine.connect() as conn:

@@ -164,11 +164,11 @@ def test_state_survives_reconnect(tmp_path: Path) -> None:
         eng2.dispose()
 
 
-def test_queued_heads_and_gpus_in_use(engine: Engine) -> None:
+def test_queued_in_fifo_order_and_gpus_in_use(engine: Engine) -> None:
     store = RunStore(engine)
     for i, gpus in enumerate((2, 1, 0)):
         store.create_run({**row(f"g-{i:05d}"), "gpus": gpus}, SUBMIT)
-    assert [(rid, g) for rid, g, _ in store.queued()] == [
+    assert [(r["id"], r["gpus"]) for r in store.in_states([S.QUEUED])] == [
         ("g-00000", 2),
         ("g-00001", 1),
         ("g-00002", 0),
@@ -185,4 +185,4 @@ def test_queued_heads_and_gpus_in_use(engine: Engine) -> None:
     )
     store.transition("g-00001", Transition(S.FAILED, Reason.START_FAILED, "x"))
     assert store.gpus_in_use() == {0, 3}  # a finished run frees its GPUs
-    assert [rid for rid, _, _ in store.queued()] == ["g-00002"]
+    assert [r["id"] for r in store.in_states([S.QUEUED])] == ["g-00002"]

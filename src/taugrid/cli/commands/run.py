@@ -135,9 +135,9 @@ def command(
 
 def upload_snapshot(client: Any, workdir: Path, exclude: list[str]) -> str:
     """Archive the workdir (content-addressed) and upload it unless the server has it."""
-    from taugrid.executors.local.snapshot import create_snapshot
+    from taugrid.executors.local.snapshot import DEFAULT_MAX_BYTES, create_snapshot
 
-    limit = int(os.environ.get("TAU_SNAPSHOT_LIMIT", str(100 * 2**20)))
+    limit = int(os.environ.get("TAU_SNAPSHOT_LIMIT", DEFAULT_MAX_BYTES))
     info = create_snapshot(workdir, exclude, tau_home() / "cache" / "snapshots", limit)
     if not client.has_snapshot(info.digest):
         client.put_snapshot(info.digest, info.path.read_bytes())
