@@ -15,6 +15,11 @@ ends when the clients have finished the cycles they started. Transitions are cou
 the database file itself (``SELECT count(*) FROM events``, opened read-only) at each
 slice's start and end, checked against what the clients did, and the events of sampled
 runs are checked through GET /api/v1/runs/{id}.
+
+Two request shapes, both measured: *single* (one run per request, the cycle above) and
+*batch* (``POST /api/v1/runs/batch`` with B runs, then ``POST /api/v1/runs/cancel`` of
+those B runs: two requests and two durable commits carry 3 x B transitions; what a sweep
+or ``tau cancel`` of many runs does). The issue's figure is reported for both.
 """
 
 from __future__ import annotations
@@ -48,13 +53,16 @@ RAW_SLICE_S = 0.6
 CONCURRENCY = (1, 8, 32)
 TARGET = 0.25
 SAMPLES = 5  # runs per phase whose events are checked through the API
+BATCH = 100  # runs per batch request
+BATCH_CONCURRENCY = (1, 4)
 
 
 class Clients:
     """K threads doing submit+cancel cycles while ``running``; parked otherwise."""
 
-    def __init__(self, srv: BenchServer, body: dict[str, Any], k: int) -> None:
+    def __init__(self, srv: BenchServer, body: dict[str, Any], k: int, batch: int = 0) -> None:
         self.body = body
+        self.batch = batch  # 0: one run per request; B: B runs per request
         self.apis = [srv.api() for _ in range(k)]
         for api in self.apis:  # connect before any clock starts
             api.request("GET", "/api/v1/runs?limit=1")
@@ -78,8 +86,7 @@ class Clients:
                     return
                 self.active += 1
             try:
-                rid = api.submit(self.body, str(uuid.uuid4()))["run"]["id"]
-                api.cancel(rid)
+                rids = self._cycle(api)
                 ok = True
             except Exception as exc:
                 self.errors.append(repr(exc))
@@ -87,11 +94,25 @@ class Clients:
             with self.cond:
                 self.active -= 1
                 if ok:
-                    self.cycles += 1
-                    self.ids.append(rid)
+                    self.cycles += len(rids)
+                    self.ids.extend(rids)
                 self.cond.notify_all()
             if not ok:
                 return
+
+    def _cycle(self, api: Any) -> list[str]:
+        if not self.batch:
+            rid = api.submit(self.body, str(uuid.uuid4()))["run"]["id"]
+            api.cancel(rid)
+            return [rid]
+        items = [{**self.body, "idempotency_key": str(uuid.uuid4())} for _ in range(self.batch)]
+        out = api.request("POST", "/api/v1/runs/batch", json_body={"runs": items})
+        rids = [r["run"]["id"] for r in out["results"]]
+        answers = api.request("POST", "/api/v1/runs/cancel", json_body={"runs": rids})
+        bad = [a for a in answers["results"] if a["error"] or a["run"]["state"] != "CANCELLED"]
+        if bad:
+            raise RuntimeError(f"cancel answers: {bad[:3]}")
+        return rids
 
     def run_for(self, seconds: float) -> None:
         with self.cond:
@@ -113,8 +134,10 @@ class Clients:
             api.close()
 
 
-def api_phase(srv: BenchServer, body: dict[str, Any], k: int, raw_path: Path) -> dict[str, Any]:
-    clients = Clients(srv, body, k)
+def api_phase(
+    srv: BenchServer, body: dict[str, Any], k: int, raw_path: Path, batch: int = 0
+) -> dict[str, Any]:
+    clients = Clients(srv, body, k, batch)
     raws: list[float] = []
     api_seconds = 0.0
     transitions = 0
@@ -143,13 +166,16 @@ def api_phase(srv: BenchServer, body: dict[str, Any], k: int, raw_path: Path) ->
     if transitions != 3 * cycles:
         errors.append(f"events table grew by {transitions}; {cycles} cycles make {3 * cycles}")
     raw = statistics.mean(raws)
-    requests_per_s = 2 * cycles / api_seconds
+    requests = 2 * cycles // (batch or 1)
+    requests_per_s = requests / api_seconds
     transitions_per_s = transitions / api_seconds
     return {
+        "shape": f"batch of {batch}" if batch else "single",
         "clients": k,
         "api_seconds": round(api_seconds, 3),
         "cycles": cycles,
-        "requests": 2 * cycles,
+        "requests": requests,
+        "commits": requests,
         "requests_per_s": round(requests_per_s, 1),
         "event_rows_written": transitions,
         "transitions_per_s": round(transitions_per_s, 1),
@@ -170,19 +196,21 @@ def main() -> dict[str, Any]:
         digest = upload_snapshot(api)
         holder = hold_gpu(api, digest, srv.home)
         body = submit_body(["true"], digest, srv.home, ["resources.gpus=1", "name=cycle"])
-        for k in CONCURRENCY:
+        plan = [(k, 0) for k in CONCURRENCY] + [(k, BATCH) for k in BATCH_CONCURRENCY]
+        for k, batch in plan:
+            shape = f"batches of {batch}" if batch else "one run per request"
             print(
-                f"{NAME}: K={k}: {SLICES} x ({RAW_SLICE_S} s raw SQLite, {API_SLICE_S} s of "
-                "submit+cancel cycles) ...",
+                f"{NAME}: K={k}, {shape}: {SLICES} x ({RAW_SLICE_S} s raw SQLite, "
+                f"{API_SLICE_S} s of submit+cancel cycles) ...",
                 flush=True,
             )
-            phases.append(api_phase(srv, body, k, raw_path))
+            phases.append(api_phase(srv, body, k, raw_path, batch))
         api.cancel(holder)
         wait_state(api, holder, TERMINAL)
         api.close()
     rows = [
         headline(
-            f"transitions/s / raw commits/s (K={p['clients']})",
+            f"transitions/s / raw commits/s ({p['shape']}, K={p['clients']})",
             p["transitions_over_raw_commits"],
             target=f">= {TARGET}",
             ok=p["transitions_over_raw_commits"] >= TARGET and not p["errors"],
@@ -191,9 +219,10 @@ def main() -> dict[str, Any]:
     ]
     result = {
         "method": (
-            f"per K: {SLICES} x ({RAW_SLICE_S} s raw SQLite with clients paused, "
+            f"per phase: {SLICES} x ({RAW_SLICE_S} s raw SQLite with clients paused, "
             f"{API_SLICE_S} s API), then {RAW_SLICE_S} s raw; ratio = API transitions/s over "
-            "the mean raw commits/s of that K's slices"
+            "the mean raw commits/s of that phase's slices; single = one run per request, "
+            f"batch = {BATCH} runs per submit request and per cancel request"
         ),
         "raw_sqlite_settings": "WAL, synchronous=FULL, 1 single-row INSERT per transaction",
         "phases": phases,
@@ -203,9 +232,9 @@ def main() -> dict[str, Any]:
     path = write_results(NAME, result)
     for p in phases:
         print(
-            f"  K={p['clients']:>2}: raw {p['raw_commits_per_s_mean']:>7,.0f} commits/s | API "
-            f"{p['requests_per_s']:6.1f} req/s = commits/s "
-            f"(x{p['commits_over_raw_commits']:.3f}), {p['transitions_per_s']:6.1f} "
+            f"  {p['shape']:>12} K={p['clients']:>2}: raw {p['raw_commits_per_s_mean']:>7,.0f} "
+            f"commits/s | API {p['requests_per_s']:6.1f} req/s = commits/s "
+            f"(x{p['commits_over_raw_commits']:.3f}), {p['transitions_per_s']:7.1f} "
             f"transitions/s (x{p['transitions_over_raw_commits']:.3f})"
             + (f"  ERRORS: {p['errors']}" if p["errors"] else "")
         )

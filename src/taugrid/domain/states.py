@@ -81,3 +81,19 @@ def check_transition(current: RunState, target: RunState) -> None:
     """Raise :class:`IllegalTransition` unless ``current -> target`` is in the table."""
     if target not in _ALLOWED[current]:
         raise IllegalTransition(current, target)
+
+
+class CancelAction(StrEnum):
+    """What cancelling a run in a given state takes."""
+
+    STOP_NOW = "stop_now"  # no process yet (or any more): it becomes CANCELLED at once
+    SIGNAL = "signal"  # a process runs: record the request, the engine stops it
+    FINISHED = "finished"  # nothing to cancel
+
+
+def cancel_action(state: RunState) -> CancelAction:
+    if state.terminal:
+        return CancelAction.FINISHED
+    if state.active:
+        return CancelAction.SIGNAL
+    return CancelAction.STOP_NOW

@@ -98,7 +98,7 @@ class RunEngine:
 
     # -- one pass -----------------------------------------------------------------------
     def step(self) -> None:
-        for run in self.store.in_states([S.ADMITTED, S.RUNNING]):
+        for run in self.store.in_states([S.ADMITTED, S.RUNNING], light=True):
             self._reconcile_active(run)
         # Scheduling is the costly part of a pass; it is needed only when a run arrived,
         # left or changed queue, or the policy changed (and now and then, as a safety net).
@@ -110,7 +110,9 @@ class RunEngine:
     def _reconcile_active(self, run: Row) -> None:
         rid, attempt = run["id"], run["attempt_count"] - 1
         if not self.executor.is_launched(rid, attempt):
-            self._launch(run, attempt)  # admitted, then the server died before launching
+            full = self.store.get(rid)  # admitted, then the server died before launching
+            if full is not None:
+                self._launch(full, attempt)
             return
         stop_asked = run["cancel_requested_at"] or run["preempt_requested_at"]
         if stop_asked is not None and (rid, attempt) not in self._cancels_sent:
@@ -171,11 +173,11 @@ class RunEngine:
             self._move(moved, Transition(S.QUEUED, Reason.QUEUED, "requeued after preemption"))
 
     def _schedule(self) -> None:
-        queued = self.store.in_states([S.QUEUED])
+        queued = self.store.in_states([S.QUEUED], light=True)
         if not queued:
             self.pending = {}
             return
-        active = self.store.in_states([S.ADMITTED, S.RUNNING])
+        active = self.store.in_states([S.ADMITTED, S.RUNNING], light=True)
         known = self.queueing.policy.domain.queues
         schedulable = [r for r in queued if (r["cluster_queue"] or "default") in known]
         decisions = schedule(self.queueing.snapshot(schedulable, active, self._preemptors))

@@ -8,12 +8,19 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import FileResponse, StreamingResponse
 
+from taugrid.errors import TauError
 from taugrid.server.queueing import PolicyInForce
 from taugrid.server.schemas import (
     ArtifactList,
     ArtifactOut,
     AttemptOut,
     AttemptStatusReport,
+    BatchSubmitRequest,
+    BatchSubmitResponse,
+    CancelRequest,
+    CancelResponse,
+    CancelResult,
+    ErrorOut,
     EventOut,
     PendingOut,
     PolicyApply,
@@ -94,6 +101,31 @@ def submit(
     run, created = _svc(request).submit(req, idempotency_key)
     response.status_code = 201 if created else 200
     return SubmitResponse(run=run_out(run, request), created=created)
+
+
+@router.post("/runs/batch", response_model=BatchSubmitResponse)
+def submit_batch(body: BatchSubmitRequest, request: Request) -> BatchSubmitResponse:
+    """Submit many runs in one request and one durable commit (sweeps, job arrays):
+    all are recorded or, when any is invalid, none."""
+    items = [(item, item.idempotency_key) for item in body.runs]
+    results = _svc(request).submit_many(items)
+    return BatchSubmitResponse(
+        results=[SubmitResponse(run=run_out(r, request), created=c) for r, c in results]
+    )
+
+
+@router.post("/runs/cancel", response_model=CancelResponse)
+def cancel_many(body: CancelRequest, request: Request) -> CancelResponse:
+    """Cancel many runs in one request and one durable commit; per-run results."""
+    results = _svc(request).cancel_many(body.runs)
+    return CancelResponse(
+        results=[
+            CancelResult(ref=ref, run=None, error=ErrorOut(code=r.code, message=r.message))
+            if isinstance(r, TauError)
+            else CancelResult(ref=ref, run=run_out(r, request), error=None)
+            for ref, r in results.items()
+        ]
+    )
 
 
 @router.get("/runs", response_model=RunList)

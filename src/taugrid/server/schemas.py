@@ -21,6 +21,21 @@ class SubmitRequest(BaseModel):
     )
 
 
+MAX_BATCH = 1000
+
+
+class BatchSubmitItem(SubmitRequest):
+    idempotency_key: str | None = None
+
+
+class BatchSubmitRequest(BaseModel):
+    runs: list[BatchSubmitItem] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+class CancelRequest(BaseModel):
+    runs: list[str] = Field(min_length=1, max_length=MAX_BATCH)
+
+
 class EventOut(BaseModel):
     at: float
     from_state: str | None
@@ -90,6 +105,25 @@ class RunDetail(RunOut):
 class SubmitResponse(BaseModel):
     run: RunOut
     created: bool
+
+
+class BatchSubmitResponse(BaseModel):
+    results: list[SubmitResponse]
+
+
+class ErrorOut(BaseModel):
+    code: str
+    message: str
+
+
+class CancelResult(BaseModel):
+    ref: str
+    run: RunOut | None
+    error: ErrorOut | None
+
+
+class CancelResponse(BaseModel):
+    results: list[CancelResult]
 
 
 class RunList(BaseModel):

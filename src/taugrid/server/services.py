@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -15,7 +15,7 @@ from taugrid.domain.runid import new_run_id
 from taugrid.domain.scheduling import QueueUsage, queue_usage
 from taugrid.domain.states import Reason, RunState
 from taugrid.domain.workload_env import submitter_env
-from taugrid.errors import Conflict, NotFound, SpecError, SpecProblem, UsageError
+from taugrid.errors import NotFound, SpecError, SpecProblem, TauError, UsageError
 from taugrid.executors.local.executor import LocalExecutor
 from taugrid.server.engine import RunEngine
 from taugrid.server.queueing import Queueing
@@ -70,6 +70,38 @@ class RunService:
 
     # -- submit -------------------------------------------------------------------------
     def submit(self, req: SubmitRequest, idempotency_key: str | None) -> tuple[Row, bool]:
+        return self.submit_many([(req, idempotency_key)])[0]
+
+    def submit_many(
+        self, items: Sequence[tuple[SubmitRequest, str | None]]
+    ) -> list[tuple[Row, bool]]:
+        """Validate every submission, then record them all in one transaction.
+
+        One bad submission fails the whole batch before anything is written, with each
+        problem's field path prefixed by its index (``runs[3].resources.gpus``).
+        """
+        many = len(items) > 1
+        rows: list[tuple[dict[str, Any], list[Transition]]] = []
+        problems: list[SpecProblem] = []
+        for i, (req, key) in enumerate(items):
+            try:
+                rows.append(self._new_run(req, key))
+            except SpecError as exc:
+                problems.extend(_indexed(p, i, many) for p in exc.problems)
+            except TauError as exc:
+                if not many:
+                    raise
+                raise type(exc)(f"runs[{i}]: {exc.message}") from None
+        if problems:
+            raise SpecError(problems)
+        results = self.store.create_runs(rows)
+        if any(created for _, created in results):
+            self.engine.wake()
+        return results
+
+    def _new_run(
+        self, req: SubmitRequest, idempotency_key: str | None
+    ) -> tuple[dict[str, Any], list[Transition]]:
         spec = _validate(req)
         if not self.has_snapshot(req.snapshot_digest):
             raise UsageError(f"snapshot {req.snapshot_digest[:12]} was not uploaded")
@@ -94,16 +126,10 @@ class RunService:
             "gpus": spec.resources.gpus,
             **queue_fields,
         }
-        run, created = self.store.create_run(
-            row,
-            [
-                Transition(S.PENDING, Reason.SUBMITTED, f"submitted by {req.submitter}"),
-                Transition(S.QUEUED, Reason.QUEUED, f"waiting for admission in queue {spec.queue}"),
-            ],
-        )
-        if created:
-            self.engine.wake()
-        return run, created
+        return row, [
+            Transition(S.PENDING, Reason.SUBMITTED, f"submitted by {req.submitter}"),
+            Transition(S.QUEUED, Reason.QUEUED, f"waiting for admission in queue {spec.queue}"),
+        ]
 
     # -- reads --------------------------------------------------------------------------
     def get(self, ref: str) -> Row:
@@ -122,23 +148,31 @@ class RunService:
 
     # -- cancel -------------------------------------------------------------------------
     def cancel(self, ref: str) -> Row:
-        run = self.store.resolve(ref)
-        state = RunState(run["state"])
-        if state.terminal:
-            raise Conflict(f"run {run['id']} already {state}")
-        if state in (S.PENDING, S.QUEUED, S.PREEMPTED, S.RESTARTING):
+        result = self.cancel_many([ref])[ref]
+        if isinstance(result, TauError):
+            raise result
+        return result
+
+    def cancel_many(self, refs: Sequence[str]) -> dict[str, Row | TauError]:
+        """Cancel runs by reference, recording every cancel in one transaction.
+
+        Runs that never started are CANCELLED at once; running ones get a durable cancel
+        request that the engine carries out (SIGTERM, grace, SIGKILL).
+        """
+        ids: dict[str, str] = {}
+        out: dict[str, Row | TauError] = {}
+        exact = self.store.existing_ids(refs)  # the usual case, in one query
+        for ref in refs:
             try:
-                return self.store.transition(
-                    run["id"],
-                    Transition(S.CANCELLED, Reason.CANCELLED, "cancelled before start"),
-                    fields={"cancel_requested_at": time.time(), "finished_at": time.time()},
-                )
-            except Conflict:
-                run = self.store.resolve(run["id"])  # admitted meanwhile: stop the process
-        if run["cancel_requested_at"] is None:
-            self.store.update_fields(run["id"], cancel_requested_at=time.time())
-        self.engine.wake()
-        return self.store.resolve(run["id"])
+                ids[ref] = ref if ref in exact else self.store.resolve(ref)["id"]
+            except TauError as exc:
+                out[ref] = exc
+        by_id = self.store.cancel_many(list(dict.fromkeys(ids.values())))
+        for ref, rid in ids.items():
+            out[ref] = by_id[rid]
+        if any(not isinstance(r, TauError) for r in by_id.values()):
+            self.engine.wake()
+        return {ref: out[ref] for ref in refs}
 
     # -- logs ---------------------------------------------------------------------------
     def log_stream(
@@ -224,6 +258,12 @@ def _validate(req: SubmitRequest) -> TauSpec:
         ) from None
 
 
+def _indexed(p: SpecProblem, i: int, many: bool) -> SpecProblem:
+    if not many:
+        return p
+    return SpecProblem(p.file, p.line, p.col, f"runs[{i}].{p.field}", p.message)
+
+
 def _parse_cursor(cursor: str) -> tuple[float, str]:
     try:
         at, rid = cursor.split(":", 1)
@@ -256,8 +296,10 @@ def _tail_offset(f: IO[bytes], lines: int) -> int:
 def queue_report(svc: RunService) -> tuple[dict[str, QueueUsage], dict[str, list[str]]]:
     """Usage per cluster queue from the runs in the store, and its local queues."""
     pol = svc.queueing.policy.domain
-    queued = [r for r in svc.store.in_states([S.QUEUED]) if r["cluster_queue"] in pol.queues]
-    active = svc.store.in_states([S.ADMITTED, S.RUNNING])
+    queued = [
+        r for r in svc.store.in_states([S.QUEUED], light=True) if r["cluster_queue"] in pol.queues
+    ]
+    active = svc.store.in_states([S.ADMITTED, S.RUNNING], light=True)
     usage = queue_usage(svc.queueing.snapshot(queued, active))
     lqs: dict[str, list[str]] = {name: [] for name in pol.queues}
     for (ws, lq), cq in sorted(pol.local_queues.items()):

@@ -27,8 +27,16 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import IntegrityError
 
-from taugrid.domain.states import Reason, RunState, allowed_targets, check_transition
-from taugrid.errors import Ambiguous, Conflict, NotFound
+from taugrid.domain.runid import new_run_id
+from taugrid.domain.states import (
+    CancelAction,
+    Reason,
+    RunState,
+    allowed_targets,
+    cancel_action,
+    check_transition,
+)
+from taugrid.errors import Ambiguous, Conflict, NotFound, TauError
 from taugrid.store.db import write_transaction
 from taugrid.store.tables import attempts, events, runs
 
@@ -62,44 +70,62 @@ class RunStore:
         Returns ``(run, created)``. A second submit with the same idempotency key returns
         the first run and ``created=False`` instead of recording the run twice.
         """
-        now = self.clock()
-        values = dict(row)
-        state: RunState | None = None
-        log = []
-        for step in steps:
-            if state is not None:
-                check_transition(state, step.to)
-            log.append((state, step))
-            state = step.to
-        assert state is not None, "a run needs at least one transition"
-        values.update(
-            state=state.value,
-            reason=steps[-1].reason.value,
-            message=steps[-1].message,
-            created_at=now,
-            updated_at=now,
-            attempt_count=0,
-        )
-        try:
-            with write_transaction(self.engine) as conn:
-                seq = conn.execute(_MAX_SEQ).scalar()
-                values["queued_seq"] = int(seq or 0) + 1
-                conn.execute(_INSERT_RUN, values)
-                conn.execute(_INSERT_EVENT, [_event(values["id"], now, frm, s) for frm, s in log])
-        except IntegrityError:
-            key = values.get("idempotency_key")
-            if key is None:
-                raise
-            existing = self._by_key(key)
-            if existing is None:
-                raise
-            return existing, False
-        return {**_EMPTY_RUN, **values}, True
+        return self.create_runs([(row, steps)])[0]
 
-    def _by_key(self, key: str) -> Row | None:
-        with self.engine.connect() as conn:
-            r = conn.execute(select(runs).where(runs.c.idempotency_key == key)).mappings().first()
-        return dict(r) if r else None
+    def create_runs(
+        self, items: Sequence[tuple[Mapping[str, Any], Sequence[Transition]]]
+    ) -> list[tuple[Row, bool]]:
+        """Insert many runs and their first transitions in one durable transaction.
+
+        All or nothing: either every new run is recorded or none is. A run whose
+        idempotency key is already known (stored, or earlier in the same batch) is
+        answered with the recorded run and ``created=False``.
+        """
+        now = self.clock()
+        prepared = [_new_run_values(row, steps, now) for row, steps in items]
+        try:
+            return self._insert_runs(prepared, now)
+        except IntegrityError:
+            # Another writer (PostgreSQL allows concurrent ones) recorded one of the keys
+            # between our check and our insert: the retry finds it and answers with it.
+            return self._insert_runs(prepared, now)
+
+    def _insert_runs(
+        self, prepared: list[tuple[dict[str, Any], list[_Step]]], now: float
+    ) -> list[tuple[Row, bool]]:
+        keys = [v["idempotency_key"] for v, _ in prepared if v.get("idempotency_key")]
+        results: list[tuple[Row, bool]] = []
+        new_rows: list[dict[str, Any]] = []
+        new_events: list[dict[str, Any]] = []
+        with write_transaction(self.engine) as conn:
+            known: dict[str, Row] = {}
+            if keys:
+                q = select(runs).where(runs.c.idempotency_key.in_(keys))
+                known = {r["idempotency_key"]: dict(r) for r in conn.execute(q).mappings()}
+            seq = int(conn.execute(_MAX_SEQ).scalar() or 0)
+            ids = [v["id"] for v, _ in prepared]
+            taken = set(conn.execute(select(runs.c.id).where(runs.c.id.in_(ids))).scalars())
+            for values, log in prepared:
+                key = values.get("idempotency_key")
+                if key is not None and key in known:
+                    results.append((known[key], False))
+                    continue
+                # Ids carry a short random suffix: a rare clash gets a fresh one.
+                while values["id"] in taken:
+                    values["id"] = new_run_id(values["name"])
+                    taken.update(conn.execute(_GET_ID, {"rid": values["id"]}).scalars())
+                taken.add(values["id"])
+                seq += 1
+                run = {**_EMPTY_RUN, **values, "queued_seq": seq}
+                new_rows.append({**values, "queued_seq": seq})
+                new_events.extend(_event(values["id"], now, frm, s) for frm, s in log)
+                results.append((run, True))
+                if key is not None:
+                    known[key] = run
+            if new_rows:
+                conn.execute(_INSERT_RUN, new_rows)
+                conn.execute(_INSERT_EVENT, new_events)
+        return results
 
     # -- reads ------------------------------------------------------------------------
     def get(self, run_id: str) -> Row | None:
@@ -166,9 +192,17 @@ class RunStore:
         with self.engine.connect() as conn:
             return [dict(r) for r in conn.execute(q).mappings()]
 
-    def in_states(self, states: Iterable[RunState]) -> list[Row]:
+    def existing_ids(self, refs: Iterable[str]) -> set[str]:
+        """Which of ``refs`` are full run ids (one query, for batch requests)."""
+        with self.engine.connect() as conn:
+            q = select(runs.c.id).where(runs.c.id.in_(list(refs)))
+            return set(conn.execute(q).scalars())
+
+    def in_states(self, states: Iterable[RunState], *, light: bool = False) -> list[Row]:
+        """Runs in ``states`` in queue order. ``light`` leaves out the spec texts and the
+        environment (the scheduler does not need them, and they are most of a row)."""
         q = (
-            select(runs)
+            select(*_LIGHT_COLUMNS if light else runs.c)
             .where(runs.c.state.in_([s.value for s in states]))
             .order_by(runs.c.queued_seq)
         )
@@ -258,6 +292,63 @@ class RunStore:
             conn.execute(_INSERT_EVENT, _event(run_id, now, frm, step))
         return {**cur, **values}
 
+    def cancel_many(self, run_ids: Sequence[str]) -> dict[str, Row | TauError]:
+        """Record a cancel for each run in one durable transaction.
+
+        A run that never started becomes ``CANCELLED`` here; one with a process gets
+        ``cancel_requested_at`` and the engine stops it; a finished one is a
+        :class:`Conflict`. Returns the run as recorded (without the spec texts and the
+        environment), or the error, per id.
+        """
+        now = self.clock()
+        out: dict[str, Row | TauError] = {}
+        new_events: list[dict[str, Any]] = []
+        with write_transaction(self.engine) as conn:
+            q = select(*_LIGHT_COLUMNS).where(runs.c.id.in_(list(run_ids)))
+            rows = {r["id"]: dict(r) for r in conn.execute(q).mappings()}
+            for rid in run_ids:
+                if rid in out:
+                    continue
+                cur = rows.get(rid)
+                if cur is None:
+                    out[rid] = NotFound(f"no run '{rid}'")
+                    continue
+                out[rid] = self._cancel_one(conn, cur, now, new_events)
+            if new_events:
+                conn.execute(_INSERT_EVENT, new_events)
+        return out
+
+    def _cancel_one(
+        self, conn: Connection, cur: Row, now: float, new_events: list[dict[str, Any]]
+    ) -> Row | TauError:
+        for _ in range(2):  # a second look when another writer moved the run meanwhile
+            state = RunState(cur["state"])
+            action = cancel_action(state)
+            if action is CancelAction.FINISHED:
+                return Conflict(f"run {cur['id']} already {state}")
+            if action is CancelAction.SIGNAL:
+                if cur["cancel_requested_at"] is not None:
+                    return cur
+                conn.execute(_REQUEST_CANCEL, {"_id": cur["id"], "at": now})
+                return {**cur, "cancel_requested_at": now}
+            step = Transition(RunState.CANCELLED, Reason.CANCELLED, "cancelled before start")
+            values = {
+                "state": step.to.value,
+                "reason": step.reason.value,
+                "message": step.message,
+                "updated_at": now,
+                "cancel_requested_at": now,
+                "finished_at": now,
+            }
+            res = conn.execute(
+                _update_run(tuple(values)), {**values, "_id": cur["id"], "_from": state.value}
+            )
+            if res.rowcount == 1:
+                new_events.append(_event(cur["id"], now, state, step))
+                return {**cur, **values}
+            cur = _current(conn, cur["id"])
+        return Conflict(f"run {cur['id']} changed state concurrently; retry")
+
     def update_fields(self, run_id: str, **values: Any) -> None:
         with write_transaction(self.engine) as conn:
             conn.execute(update(runs).where(runs.c.id == run_id).values(**values))
@@ -274,7 +365,15 @@ _INSERT_RUN = insert(runs)
 _INSERT_EVENT = insert(events)
 _INSERT_ATTEMPT = insert(attempts)
 _GET_RUN = select(runs).where(runs.c.id == bindparam("rid"))
+_GET_ID = select(runs.c.id).where(runs.c.id == bindparam("rid"))
+_REQUEST_CANCEL = (
+    update(runs).where(runs.c.id == bindparam("_id")).values(cancel_requested_at=bindparam("at"))
+)
 _EMPTY_RUN: Row = {c.name: None for c in runs.c}
+_HEAVY = frozenset(
+    {"spec_source", "spec_file_text", "spec_overrides", "spec_resolved", "env_summary"}
+)
+_LIGHT_COLUMNS = [c for c in runs.c if c.name not in _HEAVY]
 
 
 @functools.cache
@@ -294,6 +393,33 @@ def _update_attempt(columns: tuple[str, ...]) -> Update:
         .where(attempts.c.run_id == bindparam("_id"), attempts.c.attempt == bindparam("_attempt"))
         .values({c: bindparam(c) for c in columns})
     )
+
+
+_Step = tuple[RunState | None, Transition]
+
+
+def _new_run_values(
+    row: Mapping[str, Any], steps: Sequence[Transition], now: float
+) -> tuple[dict[str, Any], list[_Step]]:
+    """The columns of a new run and its checked first transitions."""
+    values = dict(row)
+    state: RunState | None = None
+    log: list[_Step] = []
+    for step in steps:
+        if state is not None:
+            check_transition(state, step.to)
+        log.append((state, step))
+        state = step.to
+    assert state is not None, "a run needs at least one transition"
+    values.update(
+        state=state.value,
+        reason=steps[-1].reason.value,
+        message=steps[-1].message,
+        created_at=now,
+        updated_at=now,
+        attempt_count=0,
+    )
+    return values, log
 
 
 def _current(conn: Connection, run_id: str) -> Row:

@@ -1,6 +1,7 @@
 """Cancel runs: SIGTERM, grace period, then SIGKILL.
 
 The whole process group of the run gets SIGTERM; after the spec's stop_grace, SIGKILL.
+All the runs named are cancelled in one request, recorded in one transaction.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ import click
 from taugrid.cli.connect import connect
 from taugrid.cli.output import emit_json, output_option
 from taugrid.cli.watch import TERMINAL, wait_for
-from taugrid.errors import TauError
+from taugrid.errors import ERRORS_BY_CODE, TauError
+
+MAX_PER_REQUEST = 1000
 
 
 @click.command(name="cancel", help=__doc__)
@@ -29,14 +32,18 @@ def command(
     ctx: click.Context, runs: tuple[str, ...], no_wait: bool, timeout: float, output: str
 ) -> None:
     client = connect()
-    results, failed = [], None
-    for ref in runs:
-        try:
-            run = client.cancel(ref)
-        except TauError as exc:
-            failed = failed or exc
-            click.echo(f"tau: {ref}: {exc.message}", err=True)
+    refs = list(dict.fromkeys(runs))
+    answers = []
+    for i in range(0, len(refs), MAX_PER_REQUEST):
+        answers.extend(client.cancel_many(refs[i : i + MAX_PER_REQUEST]))
+    results, exit_code = [], 0
+    for answer in answers:
+        if answer["error"] is not None:
+            err = answer["error"]
+            exit_code = exit_code or _exit_code(err["code"])
+            click.echo(f"tau: {answer['ref']}: {err['message']}", err=True)
             continue
+        run = answer["run"]
         if not no_wait and run["state"] not in TERMINAL:
             run = wait_for(client, run["id"], show=False, timeout=timeout)
         results.append(run)
@@ -47,5 +54,10 @@ def command(
             )
     if output == "json":
         emit_json({"runs": results})
-    if failed is not None:
-        ctx.exit(failed.exit_code)
+    if exit_code:
+        ctx.exit(exit_code)
+
+
+def _exit_code(code: str) -> int:
+    cls = ERRORS_BY_CODE.get(code, TauError)
+    return cls.exit_code
