@@ -49,7 +49,15 @@ def classify_exit(ex: AttemptExit) -> Verdict:
     if ex.signal is not None:
         name = signal.Signals(ex.signal).name if ex.signal in _SIGNALS else str(ex.signal)
         return Verdict(RunState.FAILED, Reason.EXIT_CODE, f"killed by signal {name}")
+    if ex.exit_code in _NOT_RUNNABLE:
+        return Verdict(
+            RunState.FAILED,
+            Reason.START_FAILED,
+            f"exited with code {ex.exit_code}: {_NOT_RUNNABLE[ex.exit_code]}",
+        )
     return Verdict(RunState.FAILED, Reason.EXIT_CODE, f"exited with code {ex.exit_code}")
 
 
 _SIGNALS = {s.value for s in signal.Signals}
+# What POSIX shells return when the command itself cannot run.
+_NOT_RUNNABLE = {126: "command not executable", 127: "command not found"}

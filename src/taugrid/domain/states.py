@@ -48,21 +48,29 @@ class Reason(StrEnum):
     QUOTA_EXHAUSTED = "QuotaExhausted"
     GPU_FAULT = "GpuFault"
     RESTARTING = "Restarting"
+    RESUMED = "Resumed"
+    # Events that record something about a run without changing its state:
+    CHECKPOINT_SKIPPED = "CheckpointSkipped"
+    FILES_REMOVED = "FilesRemoved"
 
 
 S = RunState
 TERMINAL = frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED})
 
+# A finished run changes only when a person asks (`tau resume`): back to QUEUED as a new
+# attempt. Nothing automatic ever leaves SUCCEEDED, FAILED or CANCELLED.
 _ALLOWED: dict[RunState, frozenset[RunState]] = {
     S.PENDING: frozenset({S.QUEUED, S.FAILED, S.CANCELLED}),
     S.QUEUED: frozenset({S.ADMITTED, S.PREEMPTED, S.FAILED, S.CANCELLED}),
-    S.ADMITTED: frozenset({S.RUNNING, S.PREEMPTED, S.SUCCEEDED, S.FAILED, S.CANCELLED}),
+    S.ADMITTED: frozenset(
+        {S.RUNNING, S.RESTARTING, S.PREEMPTED, S.SUCCEEDED, S.FAILED, S.CANCELLED}
+    ),
     S.RUNNING: frozenset({S.RESTARTING, S.PREEMPTED, S.SUCCEEDED, S.FAILED, S.CANCELLED}),
     S.RESTARTING: frozenset({S.QUEUED, S.FAILED, S.CANCELLED}),
     S.PREEMPTED: frozenset({S.QUEUED, S.FAILED, S.CANCELLED}),
-    S.SUCCEEDED: frozenset(),
-    S.FAILED: frozenset(),
-    S.CANCELLED: frozenset(),
+    S.SUCCEEDED: frozenset({S.QUEUED}),
+    S.FAILED: frozenset({S.QUEUED}),
+    S.CANCELLED: frozenset({S.QUEUED}),
 }
 
 

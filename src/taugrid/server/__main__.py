@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import fcntl
 import logging
 import os
@@ -20,6 +21,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--gpus", type=int, default=None, help="GPUs to offer (default TAU_LOCAL_GPUS)")
     ap.add_argument("--database-url", default=None)
+    ap.add_argument(
+        "--retention",
+        default=None,
+        help="Keep finished runs' files this long, e.g. 30d, or 'never' (default TAU_RETENTION "
+        "or 30d)",
+    )
     args = ap.parse_args(argv)
 
     import uvicorn
@@ -30,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.setswitchinterval(0.0005)
 
     from taugrid.server.app import create_app
-    from taugrid.server.settings import ServerSettings
+    from taugrid.server.settings import ServerSettings, parse_retention
 
     home = (args.home or tau_home()).resolve()
     home.mkdir(parents=True, exist_ok=True)
@@ -46,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = ServerSettings.from_env(
         home, host=args.host, port=args.port, gpus=args.gpus, db_url=args.database_url
     )
+    if args.retention:
+        settings = dataclasses.replace(settings, retention_s=parse_retention(args.retention))
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((settings.host, settings.port))

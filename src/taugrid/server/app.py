@@ -51,6 +51,7 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
             queueing,
             snapshots_dir=settings.snapshots_dir,
             poll_interval_s=settings.poll_interval_s,
+            retention_s=settings.retention_s,
         )
         app.state.token = token
         app.state.service = RunService(store, executor, engine, queueing, settings.snapshots_dir)

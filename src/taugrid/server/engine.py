@@ -15,15 +15,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from taugrid.domain.outcomes import classify_exit
+from taugrid.domain.outcomes import AttemptExit, Verdict, classify_exit
+from taugrid.domain.restarts import (
+    FailureClass,
+    decide_restart,
+    failure_class,
+    requeue_after_preemption,
+)
 from taugrid.domain.scheduling import Pending, schedule
 from taugrid.domain.states import Reason, RunState
-from taugrid.domain.workload_env import WorkloadContext, workload_env
 from taugrid.errors import Conflict
-from taugrid.executors.base import LaunchRequest, Observation
+from taugrid.executors.base import Observation
 from taugrid.executors.local.executor import LocalExecutor
+from taugrid.server.housekeeping import Housekeeping
+from taugrid.server.launching import AttemptLauncher, restart_policy_of
 from taugrid.server.queueing import Queueing
-from taugrid.spec import expand_at_launch, parse_duration
+from taugrid.server.run_files import MetricsTracker, RunFiles
 from taugrid.store.runs import Row, RunStore, Transition
 
 log = logging.getLogger("taugrid.engine")
@@ -41,11 +48,16 @@ class RunEngine:
         *,
         snapshots_dir: Path,
         poll_interval_s: float = 0.5,
+        retention_s: float | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
         self.executor = executor
         self.queueing = queueing
+        self.files = RunFiles(executor)
+        self.metrics = MetricsTracker(executor)
+        self.launcher = AttemptLauncher(store, executor, self.files, snapshots_dir)
+        self.housekeeping = Housekeeping(store, executor, retention_s, clock)
         # The last scheduling pass's explanation for every queued run (position, reason);
         # derived state, recomputed on each pass, so it needs no storage.
         self.pending: dict[str, Pending] = {}
@@ -100,12 +112,15 @@ class RunEngine:
     def step(self) -> None:
         for run in self.store.in_states([S.ADMITTED, S.RUNNING], light=True):
             self._reconcile_active(run)
+        for run in self.store.in_states([S.RESTARTING], light=True):
+            self._requeue_restarting(run)
         # Scheduling is the costly part of a pass; it is needed only when a run arrived,
         # left or changed queue, or the policy changed (and now and then, as a safety net).
         if self._dirty or time.monotonic() - self._scheduled_at > RESCHEDULE_EVERY_S:
             self._dirty = False
             self._scheduled_at = time.monotonic()
             self._schedule()
+        self.housekeeping.sweep()
 
     def _reconcile_active(self, run: Row) -> None:
         rid, attempt = run["id"], run["attempt_count"] - 1
@@ -130,44 +145,93 @@ class RunEngine:
             )
         if obs.phase == "exited":
             self._finish(run, obs)
+        else:
+            self._track_metrics(run, attempt)
+
+    def _track_metrics(self, run: Row, attempt: int, *, final: bool = False) -> None:
+        latest = self.metrics.poll(run["id"], attempt, run["metrics_last"], final=final)
+        if latest is not None:
+            self.store.update_fields(run["id"], metrics_last=latest)
 
     def _finish(self, run: Row, obs: Observation) -> None:
-        assert obs.exit is not None
+        """An attempt ended: classify how, then finish the run or restart it."""
+        ex = obs.exit
+        assert ex is not None
         now = obs.finished_at or self.clock()
-        attempt_update = {
-            "finished_at": now,
-            "exit_code": obs.exit.exit_code,
-            "signal": obs.exit.signal,
-            "outcome": obs.exit.outcome,
-        }
-        self._cancels_sent.discard((run["id"], run["attempt_count"] - 1))
+        attempt = run["attempt_count"] - 1
+        self._cancels_sent.discard((run["id"], attempt))
+        self._track_metrics(run, attempt, final=True)
+        full = self.store.get(run["id"]) or run
+        policy = restart_policy_of(full["spec_resolved"])
         preempted = (
             run["preempt_requested_at"] is not None
             and run["cancel_requested_at"] is None
-            and obs.exit.outcome == "cancelled"
+            and ex.outcome == "cancelled"
         )
         if preempted:
-            self._requeue_preempted(run, attempt_update)
-            return
-        verdict = classify_exit(obs.exit)
-        self._move(
+            msg = self._preempt_messages.pop(
+                run["id"], "preempted to make room for a higher-priority run"
+            )
+            verdict = Verdict(S.PREEMPTED, Reason.PREEMPTED, msg)
+            update = _attempt_update(ex, now, verdict, FailureClass.PREEMPTED, "preempted")
+            if requeue_after_preemption(policy):
+                self._requeue_preempted(run, update)
+                return
+            self._preemptors.pop(run["id"], None)
+            verdict = Verdict(S.FAILED, Reason.PREEMPTED, f"{msg}; restart.on has no preemption")
+        else:
+            verdict = classify_exit(ex)
+            cls = failure_class(ex, verdict)
+            update = _attempt_update(ex, now, verdict, cls, ex.outcome)
+            if cls is not None and run["cancel_requested_at"] is None:
+                decision = decide_restart(policy, run["restarts"], cls)
+                if decision.restart:
+                    self._move(
+                        run,
+                        Transition(
+                            S.RESTARTING, verdict.reason, f"{verdict.message}; {decision.why}"
+                        ),
+                        fields={
+                            "restarts": run["restarts"] + 1,
+                            "next_attempt_at": now + decision.delay_s,
+                            "exit_code": ex.exit_code,
+                        },
+                        attempt_update=update,
+                    )
+                    return
+                if policy.max > 0:
+                    verdict = Verdict(
+                        verdict.state, verdict.reason, f"{verdict.message}; {decision.why}"
+                    )
+        moved = self._move(
             run,
             Transition(verdict.state, verdict.reason, verdict.message),
-            fields={"finished_at": now, "exit_code": obs.exit.exit_code},
-            attempt_update=attempt_update,
+            fields={"finished_at": now, "exit_code": ex.exit_code},
+            attempt_update=update,
+        )
+        if moved is not None and verdict.state.terminal:
+            self.housekeeping.run_finished(run["id"])
+
+    def _requeue_restarting(self, run: Row) -> None:
+        """Back to the queue once the backoff has passed; keeps its place (submit order)."""
+        if (run["next_attempt_at"] or 0.0) > self.clock():
+            return
+        self._move(
+            run,
+            Transition(
+                S.QUEUED, Reason.RESTARTING, f"restarting as attempt {run['attempt_count']}"
+            ),
+            fields={"next_attempt_at": None},
         )
 
     def _requeue_preempted(self, run: Row, attempt_update: dict[str, Any]) -> None:
         """PREEMPTED, then back in its queue; it restarts as a new attempt when admitted."""
         self._preemptors.pop(run["id"], None)
-        msg = self._preempt_messages.pop(
-            run["id"], "preempted to make room for a higher-priority run"
-        )
         moved = self._move(
             run,
-            Transition(S.PREEMPTED, Reason.PREEMPTED, msg),
+            Transition(S.PREEMPTED, Reason.PREEMPTED, attempt_update["message"]),
             fields={"preempt_requested_at": None, "flavor": None},
-            attempt_update={**attempt_update, "outcome": "preempted"},
+            attempt_update=attempt_update,
         )
         if moved is not None:
             self._move(moved, Transition(S.QUEUED, Reason.QUEUED, "requeued after preemption"))
@@ -239,50 +303,21 @@ class RunEngine:
 
     def _launch(self, run: Row, attempt: int) -> None:
         try:
-            self.executor.launch(self._launch_request(run, attempt))
+            self.executor.launch(self.launcher.request(run, attempt))
         except Exception as exc:  # a run that cannot start must fail visibly, not hang
             log.exception("launch of %s failed", run["id"])
             self._move(
                 run,
                 Transition(S.FAILED, Reason.START_FAILED, f"could not start: {exc}"),
                 fields={"finished_at": self.clock()},
-                attempt_update={"finished_at": self.clock(), "outcome": "failed"},
+                attempt_update={
+                    "finished_at": self.clock(),
+                    "outcome": "failed",
+                    "reason": Reason.START_FAILED.value,
+                    "failure_class": FailureClass.START_FAILED.value,
+                    "message": f"could not start: {exc}",
+                },
             )
-
-    def _launch_request(self, run: Row, attempt: int) -> LaunchRequest:
-        spec: dict[str, Any] = run["spec_resolved"]
-        att = self.store.attempt(run["id"], attempt)
-        gpus = att["placement"].get("gpus", []) if att else []
-        ctx = WorkloadContext(
-            run_id=run["id"],
-            run_name=run["name"],
-            workspace=run["workspace"],
-            attempt=attempt,
-            checkpoint_dir=str(self.executor.checkpoint_dir(run["id"])),
-            output_dir=str(self.executor.output_dir(run["id"])),
-            metrics_file=str(self.executor.metrics_file(run["id"], attempt)),
-            gpu_indices=gpus,
-        )
-        # `${VAR}` left in env values refers to the submitter's environment or TAU_*.
-        base = workload_env(run["env_summary"], {}, ctx)
-        spec_env: dict[str, str] = spec.get("env") or {}
-        expanded = expand_at_launch(list(spec_env.values()), base)
-        env = workload_env(run["env_summary"], dict(zip(spec_env, expanded, strict=True)), ctx)
-        command = spec["command"]
-        if isinstance(command, list):
-            command = expand_at_launch(command, env)
-        timeout = spec.get("timeout")
-        return LaunchRequest(
-            run_id=run["id"],
-            attempt=attempt,
-            snapshot=self.snapshots_dir / f"{run['snapshot_digest']}.tar.gz",
-            command=command,
-            setup=spec.get("setup"),
-            env=env,
-            stop_grace_s=parse_duration(spec.get("stop_grace") or "60s"),
-            timeout_s=parse_duration(timeout) if timeout else None,
-            outputs=list(spec.get("outputs") or []),
-        )
 
     def _move(self, run: Row, step: Transition, **kw: Any) -> Row | None:
         try:
@@ -293,3 +328,17 @@ class RunEngine:
         if step.to != S.RUNNING:  # anything else may free or take quota
             self._dirty = True
         return moved
+
+
+def _attempt_update(
+    ex: AttemptExit, now: float, verdict: Verdict, cls: FailureClass | None, outcome: str | None
+) -> dict[str, Any]:
+    return {
+        "finished_at": now,
+        "exit_code": ex.exit_code,
+        "signal": ex.signal,
+        "outcome": outcome,
+        "reason": verdict.reason.value,
+        "failure_class": cls.value if cls else None,
+        "message": verdict.message,
+    }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 from collections.abc import Mapping
 from typing import Annotated, Any
 
@@ -9,7 +10,9 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import FileResponse, StreamingResponse
 
 from taugrid.errors import TauError
+from taugrid.server.launching import restart_policy_of
 from taugrid.server.queueing import PolicyInForce
+from taugrid.server.run_files import checkpoint_out
 from taugrid.server.schemas import (
     ArtifactList,
     ArtifactOut,
@@ -20,13 +23,21 @@ from taugrid.server.schemas import (
     CancelRequest,
     CancelResponse,
     CancelResult,
+    CheckpointDetail,
+    CheckpointList,
+    CheckpointOut,
     ErrorOut,
     EventOut,
+    ExperimentOut,
+    MetricPoint,
+    MetricSeries,
+    MetricsLast,
     PendingOut,
     PolicyApply,
     PolicyOut,
     QueueList,
     QueueOut,
+    RestartPolicyOut,
     RunDetail,
     RunList,
     RunOut,
@@ -74,6 +85,9 @@ def run_out(r: Row, request: Request) -> RunOut:
         )
         if pend
         else None,
+        experiment=ExperimentOut(**r["experiment"]) if r.get("experiment") else None,
+        metrics_last=MetricsLast(**r["metrics_last"]) if r.get("metrics_last") else None,
+        restarts=r.get("restarts") or 0,
     )
 
 
@@ -135,11 +149,16 @@ def list_runs(
     name: str | None = None,
     since: Annotated[float | None, Query(description="unix seconds")] = None,
     workspace: str | None = None,
+    experiment: str | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     cursor: str | None = None,
 ) -> RunList:
     flt = RunFilter(
-        states=[s.upper() for s in state or []], name=name, since=since, workspace=workspace
+        states=[s.upper() for s in state or []],
+        name=name,
+        since=since,
+        workspace=workspace,
+        experiment=experiment,
     )
     rows, nxt = _svc(request).list_runs(flt, limit, cursor)
     return RunList(runs=[run_out(r, request) for r in rows], next_cursor=nxt)
@@ -149,6 +168,8 @@ def list_runs(
 def get_run(ref: str, request: Request) -> RunDetail:
     svc = _svc(request)
     r = svc.get(ref)
+    policy = restart_policy_of(r["spec_resolved"])
+    code = dict(r["code_info"] or {})
     return RunDetail(
         **run_out(r, request).model_dump(),
         spec=SpecRecord(
@@ -162,7 +183,49 @@ def get_run(ref: str, request: Request) -> RunDetail:
         env=r["env_summary"],
         events=[EventOut(**_pick(e, EventOut)) for e in svc.store.events(r["id"])],
         attempt_list=[AttemptOut(**_pick(a, AttemptOut)) for a in svc.store.attempts(r["id"])],
+        code={"snapshot_digest": r["snapshot_digest"], "git": code.get("git")},
+        python_env=r["python_env"],
+        rerun_of=r["rerun_of"],
+        restart_policy=RestartPolicyOut(
+            max=policy.max,
+            on=sorted(policy.on),
+            backoff_s=policy.backoff_s,
+            used=r["restarts"],
+            next_at=r["next_attempt_at"] if r["state"] == "RESTARTING" else None,
+        ),
+        checkpoints=[CheckpointOut(**checkpoint_out(c)) for c in svc.files.checkpoints(r["id"])],
     )
+
+
+@router.post("/runs/{ref}/resume", response_model=RunOut)
+def resume(ref: str, request: Request) -> RunOut:
+    return run_out(_svc(request).resume(ref, getpass.getuser()), request)
+
+
+@router.get("/runs/{ref}/checkpoints", response_model=CheckpointList)
+def list_checkpoints(
+    ref: str,
+    request: Request,
+    verify: Annotated[bool, Query(description="hash every file (sha256)")] = False,
+) -> CheckpointList:
+    run_id, found = _svc(request).checkpoints(ref, full=verify)
+    return CheckpointList(
+        run_id=run_id,
+        checkpoints=[CheckpointDetail(**checkpoint_out(c, files=True)) for c in found],
+    )
+
+
+@router.get("/runs/{ref}/checkpoints/{step}/files/{path:path}", response_class=FileResponse)
+def get_checkpoint_file(ref: str, step: int, path: str, request: Request) -> FileResponse:
+    return FileResponse(_svc(request).checkpoint_file(ref, step, path))
+
+
+@router.get("/runs/{ref}/metrics", response_model=MetricSeries)
+def get_metrics(
+    ref: str, request: Request, attempt: Annotated[int | None, Query(ge=0)] = None
+) -> MetricSeries:
+    run_id, series = _svc(request).metrics(ref, attempt)
+    return MetricSeries(run_id=run_id, series=[MetricPoint(**p) for p in series])
 
 
 @router.get("/runs/{ref}/events", response_model=list[EventOut])

@@ -19,6 +19,13 @@ class SubmitRequest(BaseModel):
     env: dict[str, str] = Field(
         default_factory=dict, description="Submitter environment (allow-listed names only)."
     )
+    code: dict[str, Any] | None = Field(
+        None, description='{"git": {commit, branch, dirty, diff, diff_truncated, untracked}}'
+    )
+    python_env: dict[str, Any] | None = Field(
+        None, description="{version, implementation, executable, packages: {name: version}}"
+    )
+    rerun_of: str | None = None
 
 
 MAX_BATCH = 1000
@@ -53,6 +60,10 @@ class AttemptOut(BaseModel):
     signal: int | None
     outcome: str | None
     placement: dict[str, Any]
+    reason: str | None = None  # the stable word of how it ended (ExitCode, OOMKilled...)
+    failure_class: str | None = None  # exit_code, signal, oom, preempted, hardware...
+    message: str | None = None
+    resumed_from: dict[str, Any] | None = None  # {"step", "path"}: its TAU_RESUME_FROM
 
 
 class PendingOut(BaseModel):
@@ -62,6 +73,18 @@ class PendingOut(BaseModel):
     position: int
     reason: str
     message: str
+
+
+class ExperimentOut(BaseModel):
+    name: str | None
+    group: str | None
+    tags: dict[str, str]
+
+
+class MetricsLast(BaseModel):
+    step: int | None
+    time: float
+    values: dict[str, float | None]
 
 
 class RunOut(BaseModel):
@@ -84,6 +107,9 @@ class RunOut(BaseModel):
     spec_hash: str
     cancel_requested: bool
     pending: PendingOut | None = None  # set while QUEUED: position and reason in words
+    experiment: ExperimentOut | None = None
+    metrics_last: MetricsLast | None = None  # the latest value of each metric
+    restarts: int = 0  # automatic restarts used
 
 
 class SpecRecord(BaseModel):
@@ -95,11 +121,62 @@ class SpecRecord(BaseModel):
     snapshot_digest: str
 
 
+class CheckpointOut(BaseModel):
+    step: int
+    name: str
+    created_at: float
+    attempt: int | None
+    size: int
+    file_count: int
+    verified: bool
+    problem: str | None
+
+
+class CheckpointFile(BaseModel):
+    path: str
+    size: int
+    sha256: str
+
+
+class CheckpointDetail(CheckpointOut):
+    files: list[CheckpointFile]
+
+
+class CheckpointList(BaseModel):
+    run_id: str
+    checkpoints: list[CheckpointDetail]
+
+
+class RestartPolicyOut(BaseModel):
+    max: int
+    on: list[str]
+    backoff_s: float
+    used: int
+    next_at: float | None
+
+
+class MetricPoint(BaseModel):
+    attempt: int
+    step: int | None
+    time: float
+    values: dict[str, float | None]
+
+
+class MetricSeries(BaseModel):
+    run_id: str
+    series: list[MetricPoint]
+
+
 class RunDetail(RunOut):
     spec: SpecRecord
     env: dict[str, str]
     events: list[EventOut]
     attempt_list: list[AttemptOut]
+    code: dict[str, Any] | None = None  # {"snapshot_digest", "git": {...} | None}
+    python_env: dict[str, Any] | None = None
+    rerun_of: str | None = None
+    restart_policy: RestartPolicyOut | None = None
+    checkpoints: list[CheckpointOut] = Field(default_factory=list)
 
 
 class SubmitResponse(BaseModel):

@@ -17,8 +17,10 @@ from taugrid.domain.states import Reason, RunState
 from taugrid.domain.workload_env import submitter_env
 from taugrid.errors import NotFound, SpecError, SpecProblem, TauError, UsageError
 from taugrid.executors.local.executor import LocalExecutor
+from taugrid.sdk.checkpoint import CheckpointInfo
 from taugrid.server.engine import RunEngine
 from taugrid.server.queueing import Queueing
+from taugrid.server.run_files import RunFiles
 from taugrid.server.schemas import SubmitRequest
 from taugrid.spec import TauSpec
 from taugrid.store.runs import Row, RunFilter, RunStore, Transition
@@ -103,6 +105,8 @@ class RunService:
         self, req: SubmitRequest, idempotency_key: str | None
     ) -> tuple[dict[str, Any], list[Transition]]:
         spec = _validate(req)
+        _check_local_mode(spec)
+        _check_record_sizes(req)
         if not self.has_snapshot(req.snapshot_digest):
             raise UsageError(f"snapshot {req.snapshot_digest[:12]} was not uploaded")
         name = spec.name or "run"
@@ -124,6 +128,12 @@ class RunService:
             # Re-filter: the server, not the client, guarantees no secrets enter records.
             "env_summary": submitter_env(req.env),
             "gpus": spec.resources.gpus,
+            "experiment_name": spec.experiment.name if spec.experiment else None,
+            "experiment": spec.experiment.model_dump() if spec.experiment else None,
+            "code_info": req.code,
+            "python_env": req.python_env,
+            "rerun_of": req.rerun_of,
+            "restarts": 0,
             **queue_fields,
         }
         return row, [
@@ -173,6 +183,37 @@ class RunService:
         if any(not isinstance(r, TauError) for r in by_id.values()):
             self.engine.wake()
         return {ref: out[ref] for ref in refs}
+
+    # -- resume -------------------------------------------------------------------------
+    def resume(self, ref: str, by: str) -> Row:
+        """A finished run goes back to its queue as a new attempt of the same run; the
+        attempt starts from the newest checkpoint that verifies when it is launched."""
+        run = self.store.resolve(ref)
+        newest = next((c for c in self.files.checkpoints(run["id"]) if c.verified), None)
+        where = (
+            f"from checkpoint step {newest.step}" if newest else "from the start (no checkpoint)"
+        )
+        row = self.store.resume(run["id"], f"resumed by {by}; starts {where}")
+        self.engine.wake()
+        return row
+
+    # -- checkpoints and metrics ----------------------------------------------------------
+    @property
+    def files(self) -> RunFiles:
+        return self.engine.files
+
+    def checkpoints(self, ref: str, *, full: bool = False) -> tuple[str, list[CheckpointInfo]]:
+        run = self.store.resolve(ref)
+        return run["id"], self.files.checkpoints(run["id"], full=full)
+
+    def checkpoint_file(self, ref: str, step: int, rel: str) -> Path:
+        return self.files.checkpoint_file(self.store.resolve(ref)["id"], step, rel)
+
+    def metrics(self, ref: str, attempt: int | None) -> tuple[str, list[dict[str, Any]]]:
+        run = self.store.resolve(ref)
+        if attempt is not None and not 0 <= attempt < max(run["attempt_count"], 1):
+            raise NotFound(f"run {run['id']} has no attempt {attempt}")
+        return run["id"], self.files.metrics(run["id"], run["attempt_count"], attempt)
 
     # -- logs ---------------------------------------------------------------------------
     def log_stream(
@@ -256,6 +297,30 @@ def _validate(req: SubmitRequest) -> TauSpec:
                 for e in exc.errors()
             ]
         ) from None
+
+
+MAX_RECORD_BYTES = 4 << 20  # code (git diff) and Python environment of one submission
+
+
+def _check_local_mode(spec: TauSpec) -> None:
+    if spec.nodes > 1:
+        raise UsageError(
+            f"nodes: {spec.nodes}: local mode runs on one machine; multi-node runs need the "
+            "Kubernetes mode (use nodes: 1, or launcher: torchrun with several processes)"
+        )
+    if spec.launcher == "ray":
+        raise UsageError(
+            "launcher: ray is not supported in local mode yet; use command or torchrun"
+        )
+
+
+def _check_record_sizes(req: SubmitRequest) -> None:
+    import json
+
+    for name in ("code", "python_env"):
+        value = getattr(req, name)
+        if value is not None and len(json.dumps(value)) > MAX_RECORD_BYTES:
+            raise UsageError(f"{name} record is over {MAX_RECORD_BYTES >> 20} MiB")
 
 
 def _indexed(p: SpecProblem, i: int, many: bool) -> SpecProblem:

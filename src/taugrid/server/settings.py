@@ -7,7 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from taugrid.home import tau_home
+from taugrid.spec import parse_duration
 from taugrid.store.db import default_sqlite_url
+
+DEFAULT_RETENTION_S = 30 * 86400.0
 
 
 @dataclass(frozen=True)
@@ -18,6 +21,9 @@ class ServerSettings:
     port: int = 0  # 0: pick a free port and publish it in server.json
     gpus: int | None = None  # declared GPUs; None: detect them through NVML
     poll_interval_s: float = 0.5
+    # Logs, outputs and checkpoints of finished runs are removed after this long (records
+    # stay); None keeps them for ever.
+    retention_s: float | None = DEFAULT_RETENTION_S
 
     @property
     def runs_dir(self) -> Path:
@@ -35,5 +41,12 @@ class ServerSettings:
             "db_url": os.environ.get("TAU_DATABASE_URL") or default_sqlite_url(home),
             "gpus": int(os.environ["TAU_LOCAL_GPUS"]) if os.environ.get("TAU_LOCAL_GPUS") else None,
         }
+        if os.environ.get("TAU_RETENTION"):
+            values["retention_s"] = parse_retention(os.environ["TAU_RETENTION"])
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]
+
+
+def parse_retention(text: str) -> float | None:
+    """A duration such as ``30d``; ``never`` keeps files for ever."""
+    return None if text.strip().lower() == "never" else parse_duration(text.strip())

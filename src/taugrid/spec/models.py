@@ -224,6 +224,12 @@ class Resources(_Strict):
     )
     cpus: float | None = Field(None, gt=0, description="CPU cores per node.")
     memory: Quantity | None = Field(None, description=f"Memory per node: {QUANTITY_HELP}.")
+    procs_per_node: int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        description="Processes per node for launcher: torchrun; default: one per GPU, or 1.",
+    )
 
     @property
     def memory_bytes(self) -> int | None:

@@ -28,21 +28,13 @@ _ROWS: tuple[_Row, ...] = (
     _Row(
         _LOCAL, "image", lambda v: v is not None, "local mode runs in the submitter's environment"
     ),
-    _Row(_LOCAL, "nodes", lambda v: v != 1, "local mode runs on one machine"),
-    _Row(_LOCAL, "launcher", lambda v: v != "command", "local mode starts the command as is"),
+    _Row(_LOCAL, "nodes", lambda v: v != 1, "local mode runs on one machine: refused at submit"),
     _Row(
-        _BOTH,
-        "restart.max",
-        lambda v: v != 0,
-        "automatic restart lands with the checkpoint issue",
+        _LOCAL,
+        "launcher",
+        lambda v: v == "ray",
+        "local mode starts commands and torchrun, not Ray: refused at submit",
     ),
-    _Row(
-        _BOTH,
-        "checkpoint.keep",
-        lambda v: v != 3,
-        "checkpoint pruning lands with the checkpoint issue",
-    ),
-    _Row(_LOCAL, "secrets", bool, "local mode has no secret store; use env or your shell"),
 )
 
 

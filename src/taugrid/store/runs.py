@@ -56,6 +56,7 @@ class RunFilter:
     name: str | None = None
     since: float | None = None
     workspace: str | None = None
+    experiment: str | None = None
 
 
 class RunStore:
@@ -181,6 +182,8 @@ class RunStore:
             conds.append(runs.c.created_at >= flt.since)
         if flt.workspace:
             conds.append(runs.c.workspace == flt.workspace)
+        if flt.experiment:
+            conds.append(runs.c.experiment_name == flt.experiment)
         if before is not None:
             at, rid = before
             conds.append(
@@ -348,6 +351,62 @@ class RunStore:
                 return {**cur, **values}
             cur = _current(conn, cur["id"])
         return Conflict(f"run {cur['id']} changed state concurrently; retry")
+
+    def resume(self, run_id: str, message: str) -> Row:
+        """Take a finished run back to QUEUED, at the back of its queue, as one durable
+        change; its next admission starts a new attempt. Conflict unless it finished."""
+        now = self.clock()
+        with write_transaction(self.engine) as conn:
+            cur = _current(conn, run_id)
+            frm = RunState(cur["state"])
+            if not frm.terminal:
+                raise Conflict(f"run {run_id} is {frm}; only a finished run can be resumed")
+            step = Transition(RunState.QUEUED, Reason.RESUMED, message)
+            seq = int(conn.execute(_MAX_SEQ).scalar() or 0) + 1
+            values: dict[str, Any] = {
+                "state": step.to.value,
+                "reason": step.reason.value,
+                "message": message,
+                "updated_at": now,
+                "queued_seq": seq,
+                "finished_at": None,
+                "exit_code": None,
+                "cancel_requested_at": None,
+                "preempt_requested_at": None,
+                "flavor": None,
+                "next_attempt_at": None,
+                "restarts": 0,  # a person asked: the automatic budget starts again
+            }
+            res = conn.execute(
+                _update_run(tuple(values)), {**values, "_id": run_id, "_from": frm.value}
+            )
+            if res.rowcount != 1:
+                raise Conflict(f"run {run_id} changed state concurrently; retry")
+            conn.execute(_INSERT_EVENT, _event(run_id, now, frm, step))
+        return {**cur, **values}
+
+    def note(self, run_id: str, reason: Reason, message: str) -> None:
+        """An event that records something without changing the run's state."""
+        now = self.clock()
+        with write_transaction(self.engine) as conn:
+            cur = _current(conn, run_id)
+            state = RunState(cur["state"])
+            conn.execute(
+                _INSERT_EVENT, _event(run_id, now, state, Transition(state, reason, message))
+            )
+
+    def update_attempt(self, run_id: str, attempt: int, **values: Any) -> None:
+        with write_transaction(self.engine) as conn:
+            conn.execute(
+                _update_attempt(tuple(values)), {**values, "_id": run_id, "_attempt": attempt}
+            )
+
+    def finished_before(self, at: float) -> list[str]:
+        """Ids of finished runs that ended before ``at`` (for the retention sweep)."""
+        terminal = [s.value for s in RunState if s.terminal]
+        q = select(runs.c.id).where(runs.c.state.in_(terminal), runs.c.finished_at < at)
+        with self.engine.connect() as conn:
+            return list(conn.execute(q).scalars())
 
     def update_fields(self, run_id: str, **values: Any) -> None:
         with write_transaction(self.engine) as conn:

@@ -54,10 +54,20 @@ runs = Table(
     Column("gpu_type", String(63), nullable=True),
     Column("flavor", String(63), nullable=True),  # assigned on admission
     Column("preempt_requested_at", Float, nullable=True),
+    # Records (DESIGN.md 3.7) and automatic restarts.
+    Column("experiment_name", String(253), nullable=True),
+    Column("experiment", JSON, nullable=True),  # {"name", "group", "tags"}
+    Column("code_info", JSON, nullable=True),  # {"git": {...}} captured at submit
+    Column("python_env", JSON, nullable=True),  # {"version", "packages", ...}
+    Column("rerun_of", String(63), nullable=True),
+    Column("metrics_last", JSON, nullable=True),  # {"step", "time", "values"}
+    Column("restarts", Integer, nullable=False, server_default="0"),
+    Column("next_attempt_at", Float, nullable=True),  # while RESTARTING: when to requeue
     Index("ix_runs_created_at", "created_at"),
     Index("ix_runs_name_created", "name", "created_at"),
     Index("ix_runs_state", "state"),
     Index("ix_runs_queued_seq", "queued_seq"),
+    Index("ix_runs_experiment", "experiment_name", "created_at"),
 )
 
 events = Table(
@@ -86,6 +96,10 @@ attempts = Table(
     Column("outcome", String(16), nullable=True),
     Column("placement", JSON, nullable=False),
     Column("attempt_dir", Text, nullable=False),
+    Column("reason", String(32), nullable=True),  # the stable word of how it ended
+    Column("failure_class", String(16), nullable=True),
+    Column("message", Text, nullable=True),
+    Column("resumed_from", JSON, nullable=True),  # {"step", "path"} given as TAU_RESUME_FROM
 )
 
 policies = Table(

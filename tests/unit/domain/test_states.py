@@ -15,10 +15,10 @@ from taugrid.domain.states import (
 S = RunState
 
 
-def test_terminal_states_are_final() -> None:
+def test_terminal_states_change_only_back_to_queued_for_resume() -> None:
     for state in TERMINAL:
-        assert allowed_targets(state) == frozenset()
-        for target in RunState:
+        assert allowed_targets(state) == frozenset({S.QUEUED})
+        for target in set(RunState) - {S.QUEUED}:
             with pytest.raises(IllegalTransition):
                 check_transition(state, target)
 
@@ -42,14 +42,15 @@ def test_no_skipping_admission() -> None:
 
 
 @given(st.lists(st.sampled_from(list(RunState)), max_size=30))
-def test_random_walks_never_leave_a_terminal_state(steps: list[RunState]) -> None:
+def test_random_walks_leave_a_terminal_state_only_to_queued(steps: list[RunState]) -> None:
     state = S.PENDING
     for target in steps:
         try:
             check_transition(state, target)
         except IllegalTransition:
             continue
-        assert not state.terminal
+        if state.terminal:
+            assert target is S.QUEUED
         state = target
     # every state is reachable from PENDING only through the table
     assert state in RunState

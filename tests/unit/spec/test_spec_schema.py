@@ -169,21 +169,13 @@ def test_inactive_fields_local(tmp_path: Path) -> None:
     assert found == [
         "image: ghcr.io/acme/train:1.4 has no effect in local mode "
         "(local mode runs in the submitter's environment)",
-        "nodes: 2 has no effect in local mode (local mode runs on one machine)",
-        "restart.max: 3 has no effect in local mode "
-        "(automatic restart lands with the checkpoint issue)",
-        "secrets: HF_TOKEN has no effect in local mode "
-        "(local mode has no secret store; use env or your shell)",
+        "nodes: 2 has no effect in local mode (local mode runs on one machine: refused at submit)",
     ]
-    assert inactive_fields(spec, "cluster") == [
-        "restart.max: 3 has no effect in cluster mode "
-        "(automatic restart lands with the checkpoint issue)"
-    ]
+    assert inactive_fields(spec, "cluster") == []
 
 
 def test_inactive_launcher_checkpoint_but_not_queue(tmp_path: Path) -> None:
     spec = spec_of(tmp_path, "command: x\nlauncher: ray\nqueue: fast\ncheckpoint: {keep: 5}\n")
-    assert [line.split(":")[0] for line in inactive_fields(spec, "local")] == [
-        "launcher",
-        "checkpoint.keep",
-    ]
+    assert [line.split(":")[0] for line in inactive_fields(spec, "local")] == ["launcher"]
+    torchrun = spec_of(tmp_path, "command: x\nlauncher: torchrun\n")
+    assert inactive_fields(torchrun, "local") == []

@@ -23,7 +23,12 @@ def command() -> None:
 @command.command(name="start", help="Start the local server (the CLI also does this itself).")
 @click.option("--gpus", type=click.IntRange(min=0), help="GPUs to offer to runs.")
 @click.option("--database-url", help="SQLAlchemy URL (default: SQLite in TAU_HOME).")
-def start(gpus: int | None, database_url: str | None) -> None:
+@click.option(
+    "--retention",
+    help="Keep finished runs' logs, outputs and checkpoints this long (e.g. 30d, or never; "
+    "default 30d). Records are kept for good.",
+)
+def start(gpus: int | None, database_url: str | None, retention: str | None) -> None:
     home = tau_home()
     info = running_server(home)
     if info is not None:
@@ -34,6 +39,8 @@ def start(gpus: int | None, database_url: str | None) -> None:
         args += ["--gpus", str(gpus)]
     if database_url:
         args += ["--database-url", database_url]
+    if retention:
+        args += ["--retention", retention]
     info = start_server(home, args)
     click.echo(f"tau server running at {info['url']} (pid {info['pid']})")
 
