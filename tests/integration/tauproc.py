@@ -41,12 +41,14 @@ class Tau:
         check: bool = False,
         timeout: float = 60,
         cwd: Path | None = None,
+        input_text: str | None = None,
         **env: str,
     ) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(
             [*TAU, *args],
             cwd=cwd or self.cwd,
             env=self.env(**env),
+            input=input_text,
             capture_output=True,
             text=True,
             timeout=timeout,

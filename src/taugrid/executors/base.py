@@ -24,6 +24,7 @@ class LaunchRequest:
     stop_grace_s: float
     timeout_s: float | None
     outputs: list[str] = field(default_factory=list)
+    secret_files: dict[str, str] = field(default_factory=dict)  # env name -> file with the value
 
 
 @dataclass(frozen=True)

@@ -15,12 +15,14 @@ from taugrid import __version__
 from taugrid.errors import AuthError, TauError
 from taugrid.executors.local.executor import LocalExecutor
 from taugrid.executors.local.gpus import machine_cpus_millis, machine_memory_bytes, probe_gpus
+from taugrid.executors.local.secrets import LocalSecretStore
 from taugrid.home import server_info_path, token_path
 from taugrid.server.auth import ensure_token, token_matches
 from taugrid.server.engine import RunEngine
 from taugrid.server.queueing import Machine, Queueing
 from taugrid.server.routes import router
 from taugrid.server.schemas import Health
+from taugrid.server.secret_routes import router as secret_router
 from taugrid.server.services import RunService
 from taugrid.server.settings import ServerSettings
 from taugrid.store import RunStore, connect
@@ -52,9 +54,14 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
             snapshots_dir=settings.snapshots_dir,
             poll_interval_s=settings.poll_interval_s,
             retention_s=settings.retention_s,
+            secrets_dir=home / "secrets",
         )
+        secrets = LocalSecretStore(home / "secrets")
         app.state.token = token
-        app.state.service = RunService(store, executor, engine, queueing, settings.snapshots_dir)
+        app.state.secrets = secrets
+        app.state.service = RunService(
+            store, executor, engine, queueing, settings.snapshots_dir, secrets
+        )
         engine.step()  # re-adopt or finalise runs left by a previous server before serving
         engine.start()
         if public_url:
@@ -89,6 +96,7 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
     # Every /api/v1 route needs the token (a dependency, not an HTTP middleware: Starlette's
     # middleware wrapper costs more per request than the rest of a small request).
     app.include_router(router, dependencies=[Depends(require_token)])
+    app.include_router(secret_router, dependencies=[Depends(require_token)])
     return app
 
 

@@ -27,6 +27,7 @@ from taugrid.domain.states import Reason, RunState
 from taugrid.errors import Conflict
 from taugrid.executors.base import Observation
 from taugrid.executors.local.executor import LocalExecutor
+from taugrid.executors.local.secrets import LocalSecretStore
 from taugrid.server.housekeeping import Housekeeping
 from taugrid.server.launching import AttemptLauncher, restart_policy_of
 from taugrid.server.queueing import Queueing
@@ -49,6 +50,7 @@ class RunEngine:
         snapshots_dir: Path,
         poll_interval_s: float = 0.5,
         retention_s: float | None = None,
+        secrets_dir: Path | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
@@ -56,7 +58,9 @@ class RunEngine:
         self.queueing = queueing
         self.files = RunFiles(executor)
         self.metrics = MetricsTracker(executor)
-        self.launcher = AttemptLauncher(store, executor, self.files, snapshots_dir)
+        self.launcher = AttemptLauncher(
+            store, executor, self.files, snapshots_dir, LocalSecretStore(secrets_dir)
+        )
         self.housekeeping = Housekeeping(store, executor, retention_s, clock)
         # The last scheduling pass's explanation for every queued run (position, reason);
         # derived state, recomputed on each pass, so it needs no storage.

@@ -16,6 +16,7 @@ from taugrid.domain.workload_env import WorkloadContext, workload_env
 from taugrid.executors.base import LaunchRequest
 from taugrid.executors.local.executor import LocalExecutor
 from taugrid.executors.local.launch import free_port, launch_command
+from taugrid.executors.local.secrets import LocalSecretStore, secret_files
 from taugrid.server.run_files import RunFiles
 from taugrid.spec import expand_at_launch, parse_duration
 from taugrid.store.runs import Row, RunStore
@@ -34,8 +35,14 @@ def restart_policy_of(spec: dict[str, Any]) -> RestartPolicy:
 
 class AttemptLauncher:
     def __init__(
-        self, store: RunStore, executor: LocalExecutor, files: RunFiles, snapshots_dir: Path
+        self,
+        store: RunStore,
+        executor: LocalExecutor,
+        files: RunFiles,
+        snapshots_dir: Path,
+        secrets: LocalSecretStore,
     ) -> None:
+        self.secrets = secrets
         self.store = store
         self.executor = executor
         self.files = files
@@ -88,6 +95,10 @@ class AttemptLauncher:
             stop_grace_s=parse_duration(spec.get("stop_grace") or "60s"),
             timeout_s=parse_duration(timeout) if timeout else None,
             outputs=list(spec.get("outputs") or []),
+            # Paths, not values: the supervisor reads them into the workload's environment
+            # only, so no launch file, log or record ever holds a secret. A secret deleted
+            # since submit fails the attempt there, like a command that cannot start.
+            secret_files=secret_files(self.secrets, spec.get("secrets") or {}, must_exist=False),
         )
 
     def _resume_point(self, run: Row, attempt: int) -> str | None:

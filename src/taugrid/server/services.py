@@ -17,6 +17,7 @@ from taugrid.domain.states import Reason, RunState
 from taugrid.domain.workload_env import submitter_env
 from taugrid.errors import NotFound, SpecError, SpecProblem, TauError, UsageError
 from taugrid.executors.local.executor import LocalExecutor
+from taugrid.executors.local.secrets import LocalSecretStore, require_secrets
 from taugrid.sdk.checkpoint import CheckpointInfo
 from taugrid.server.engine import RunEngine
 from taugrid.server.queueing import Queueing
@@ -37,7 +38,9 @@ class RunService:
         engine: RunEngine,
         queueing: Queueing,
         snapshots_dir: Path,
+        secrets: LocalSecretStore,
     ) -> None:
+        self.secrets = secrets
         self.queueing = queueing
         self.store = store
         self.executor = executor
@@ -106,6 +109,7 @@ class RunService:
     ) -> tuple[dict[str, Any], list[Transition]]:
         spec = _validate(req)
         _check_local_mode(spec)
+        require_secrets(self.secrets, spec.secrets)
         _check_record_sizes(req)
         if not self.has_snapshot(req.snapshot_digest):
             raise UsageError(f"snapshot {req.snapshot_digest[:12]} was not uploaded")

@@ -79,6 +79,7 @@ class LocalExecutor:
                 "stop_grace_s": req.stop_grace_s,
                 "timeout_s": req.timeout_s,
                 "outputs": req.outputs,
+                "secret_files": req.secret_files,
                 "output_dir": str(self.output_dir(req.run_id)),
                 "notify": notify,
                 "launched_at": time.time(),

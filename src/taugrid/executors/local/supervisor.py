@@ -5,6 +5,11 @@ a run survives the server being killed. Contract (all inside ATTEMPT_DIR):
 
 - in: ``launch.json``; optional ``cancel`` (a cancel that may arrive before the SIGTERM
   handler exists, see ``process.request_cancel``);
+- secrets: launch.json may hold ``secret_files``, ``{ENV_NAME: absolute path}``. Each
+  file is read when the workload starts and its content becomes ``ENV_NAME`` in the
+  workload's environment only: values are never written to launch.json, status.json,
+  supervisor.log or output.log, nor sent to the server. A file that cannot be read fails
+  the attempt like a command that cannot start (exit 127), naming the variable and path;
 - out: ``supervisor.pid`` (created exclusively once signal handlers are installed),
   ``status.json`` (phase "running", then "exited"), ``output.log`` (the workload's
   stdout and stderr interleaved), ``supervisor.log`` (this process's own diagnostics).
@@ -159,7 +164,40 @@ def _check_launch(launch: Any) -> str | None:
         return "cwd must be a string"
     if launch.get("setup") is not None and not isinstance(launch["setup"], str):
         return "setup must be a string or null"
+    files = launch.get("secret_files")
+    if files is not None and not (
+        isinstance(files, dict)
+        and all(
+            isinstance(k, str)
+            and k
+            and "=" not in k
+            and "\0" not in k
+            and isinstance(v, str)
+            and os.path.isabs(v)
+            for k, v in files.items()
+        )
+    ):
+        return "secret_files must map environment variable names to absolute paths"
     return None
+
+
+def _read_secrets(files: dict[str, str] | None) -> dict[str, str]:
+    """ENV_NAME -> value of each secret file; OSError naming the variable and path only.
+
+    Bytes that are not UTF-8 survive (surrogateescape), as they would in any environment.
+    """
+    values: dict[str, str] = {}
+    for name, path in (files or {}).items():
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as exc:
+            why = exc.strerror or type(exc).__name__
+            raise OSError(f"secret {name}: cannot read {path}: {why}") from None
+        if b"\0" in data:
+            raise OSError(f"secret {name}: {path} holds a NUL byte, which an environment cannot")
+        values[name] = data.decode("utf-8", "surrogateescape")
+    return values
 
 
 class Supervisor:
@@ -328,10 +366,11 @@ class Supervisor:
         try:
             if not os.path.isdir(cwd):
                 raise FileNotFoundError(f"working directory {cwd} does not exist")
+            # The workload's environment alone gets the values; nothing keeps a reference.
             proc = subprocess.Popen(
                 argv,
                 cwd=cwd,
-                env=launch["env"],
+                env={**launch["env"], **_read_secrets(launch.get("secret_files"))},
                 stdin=subprocess.DEVNULL,
                 stdout=log_fd,
                 stderr=log_fd,
