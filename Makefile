@@ -13,6 +13,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m compileall -q src
 	touch $(STAMP)
 
+# `make test` also runs the PyTorch example (examples/pytorch-ddp-resume); `make demo` does not.
+TORCH_STAMP := $(VENV)/.installed-torch
+$(TORCH_STAMP): $(STAMP)
+	$(BIN)/pip install -q -e '.[dev,examples,torch]'
+	touch $(TORCH_STAMP)
+
 install: $(STAMP)
 
 # Installs, then runs examples/quickstart end to end on the local server (auto-started).
@@ -22,12 +28,12 @@ demo: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/tau logs quickstart --tail 5
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench examples
+	$(BIN)/ruff format --check src tests bench examples
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: lint
+test: lint $(TORCH_STAMP)
 	$(BIN)/pytest -q
 
 bench: $(STAMP)

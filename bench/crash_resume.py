@@ -117,7 +117,12 @@ def main() -> dict[str, Any]:
             [sys.executable, "-c", WORKLOAD],
             digest,
             srv.home,
-            ["name=crashy", f"restart.max={TRIALS + 5}", "restart.on=[error]", "restart.backoff=0s"],
+            [
+                "name=crashy",
+                f"restart.max={TRIALS + 5}",
+                "restart.on=[error]",
+                "restart.backoff=0s",
+            ],
         )
         run_id = api.submit(body, "crash-resume")["run"]["id"]
         marks = srv.home / "runs" / run_id / "outputs" / "attempts.jsonl"

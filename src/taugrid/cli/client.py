@@ -104,6 +104,11 @@ class Client:
         result: dict[str, Any] = self.call("POST", f"/runs/{_q(ref)}/cancel")
         return result
 
+    def cancel_many(self, refs: list[str]) -> list[dict[str, Any]]:
+        """One request, one durable commit; a result (``run`` or ``error``) per ref."""
+        body: dict[str, Any] = self.call("POST", "/runs/cancel", json_body={"runs": refs})
+        return list(body["results"])
+
     def has_snapshot(self, digest: str) -> bool:
         try:
             self.call("HEAD", f"/snapshots/{digest}")
@@ -134,6 +139,42 @@ class Client:
     def artifacts(self, ref: str) -> dict[str, Any]:
         result: dict[str, Any] = self.call("GET", f"/runs/{_q(ref)}/artifacts")
         return result
+
+    def checkpoints(self, ref: str) -> dict[str, Any]:
+        """``{"run_id", "checkpoints": [...]}``, newest step first, each with its files."""
+        result: dict[str, Any] = self.call("GET", f"/runs/{_q(ref)}/checkpoints")
+        return result
+
+    def checkpoint_file(self, ref: str, step: int, path: str) -> Iterator[bytes]:
+        """One file of a checkpoint, streamed (NotFound when absent)."""
+        quoted = urllib.parse.quote(path, safe="/")
+        return self.stream(f"/runs/{_q(ref)}/checkpoints/{int(step)}/files/{quoted}")
+
+    def metrics(self, ref: str, attempt: int | None = None) -> dict[str, Any]:
+        """``{"run_id", "series": [{"attempt", "step", "time", "values"}]}`` in order."""
+        result: dict[str, Any] = self.call(
+            "GET", f"/runs/{_q(ref)}/metrics", params={"attempt": attempt}
+        )
+        return result
+
+    def resume(self, ref: str) -> dict[str, Any]:
+        """Queue a finished run again as a new attempt; Conflict unless it has finished."""
+        result: dict[str, Any] = self.call("POST", f"/runs/{_q(ref)}/resume")
+        return result
+
+    # -- secrets (values go in, never come out) ------------------------------------------
+    def put_secret(self, ref: str, value: str) -> None:
+        """Set a secret; the value travels in the body, never in the URL."""
+        self.call("PUT", f"/secrets/{_q(ref)}", json_body={"value": value})
+
+    def list_secrets(self) -> dict[str, Any]:
+        """``{"secrets": [{"ref", "updated_at"}]}``: names and times, no values."""
+        result: dict[str, Any] = self.call("GET", "/secrets")
+        return result
+
+    def delete_secret(self, ref: str) -> None:
+        """Delete a secret; NotFound when it is not set."""
+        self.call("DELETE", f"/secrets/{_q(ref)}")
 
 
 def _q(s: str) -> str:

@@ -24,10 +24,18 @@ def exit_code_of(run: dict[str, Any]) -> int:
 
 
 def wait_for(
-    client: Client, run_id: str, *, show: bool = True, timeout: float | None = None
+    client: Client,
+    run_id: str,
+    *,
+    show: bool = True,
+    timeout: float | None = None,
+    since: float | None = None,
 ) -> dict[str, Any]:
-    """Poll until the run is terminal, printing each transition as it happens."""
+    """Poll until the run is terminal, printing each transition as it happens (only those
+    at or after ``since``, when given: a resumed run's history is not news)."""
     seen = 0
+    if since is not None:
+        seen = sum(1 for e in client.get_run(run_id)["events"] if e["at"] < since)
     deadline = None if timeout is None else time.monotonic() + timeout
     live = _Live() if show and sys.stderr.isatty() else None
     try:

@@ -120,8 +120,8 @@ def _resolve(
         order = sorted(problems, key=lambda p: (p.file != source, p.line or 0, p.col or 0))
         raise SpecError(order)
 
-    spec = _expanded(spec)
-    resolved = _resolved_data(spec)
+    spec = expanded(spec)
+    resolved = resolved_data(spec)
     canonical = json.dumps(resolved, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return LoadedSpec(
         source=source,
@@ -174,7 +174,9 @@ class _Locator:
         return SpecProblem(self._source, pos.line, pos.col, field, message)
 
 
-def _expanded(spec: TauSpec) -> TauSpec:
+def expanded(spec: TauSpec) -> TauSpec:
+    """The spec with ``${VAR}`` expanded from its own ``env`` (see expand.py); ``tau rerun``
+    re-resolves a record with it, so a rerun resolves exactly as ``tau run`` does."""
     env = expand_env(spec.env)
     update: dict[str, Any] = {"env": env}
     if isinstance(spec.command, str):
@@ -187,7 +189,8 @@ def _expanded(spec: TauSpec) -> TauSpec:
     return spec.model_copy(update={k: v for k, v in update.items() if k in spec.model_fields_set})
 
 
-def _resolved_data(spec: TauSpec) -> dict[str, Any]:
+def resolved_data(spec: TauSpec) -> dict[str, Any]:
+    """The resolved spec as stored and hashed."""
     data = spec.model_dump(mode="json")
     # User-keyed mappings are sorted so the record reads the same whatever the file order.
     for key in ("env", "secrets"):

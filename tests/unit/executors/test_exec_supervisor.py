@@ -322,3 +322,36 @@ def test_supervisor_survives_the_death_of_its_parent(tmp_path: Path) -> None:
     assert status["outcome"] == "succeeded"
     assert output(attempt) == "done\n"
     assert status["supervisor_pid"] == pid
+
+
+# A child in a session of its own (as torchrun starts its workers): not in the workload's
+# process group, so only the supervisor being its subreaper finds it.
+SESSION_CHILD = (
+    "import subprocess, sys, time\n"
+    "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],"
+    " start_new_session=True)\n"
+    "open('child.pid', 'w').write(str(c.pid))\n"
+    "open('ready', 'w').write('1')\n"
+    "time.sleep(float(sys.argv[1]))\n"
+)
+
+
+@pytest.mark.parametrize("mode", ["main-exits", "cancel", "main-killed"])
+def test_processes_in_their_own_session_die_with_the_run(tmp_path: Path, mode: str) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "spawn.py").write_text(SESSION_CHILD)
+    linger = "0" if mode == "main-exits" else "60"
+    attempt = write_launch(tmp_path, [sys.executable, "spawn.py", linger])
+    start_supervisor(attempt)
+    wait_for(lambda: (work / "ready").exists(), what="workload ready")
+    child = int((work / "child.pid").read_text())
+    assert os.getpgid(child) != os.getpgid(wait_phase(attempt, "running")["pid"])
+    if mode == "cancel":
+        assert request_cancel(attempt)
+    elif mode == "main-killed":
+        os.kill(wait_phase(attempt, "running")["pid"], signal.SIGKILL)
+    status = wait_phase(attempt, "exited")
+    expected = {"main-exits": "succeeded", "cancel": "cancelled", "main-killed": "failed"}
+    assert status["outcome"] == expected[mode]
+    wait_for(lambda: not pid_alive(child), 3.0, "the child in its own session to die")

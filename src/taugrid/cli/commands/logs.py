@@ -1,26 +1,69 @@
 """Print or follow a run's logs.
 
-stdout and stderr of the workload, interleaved as written.
+stdout and stderr of the workload, interleaved as written. Each attempt (every restart is
+a new attempt) has its own log: the latest is shown unless --attempt or --all says
+otherwise. With --follow, a restarted run's new attempts follow on, each under a header.
 """
 
 from __future__ import annotations
 
 import sys
+import time
+from typing import Any
 
 import click
 
+from taugrid.cli.client import Client
 from taugrid.cli.connect import connect
+from taugrid.cli.watch import TERMINAL
 
 
 @click.command(name="logs", help=__doc__)
 @click.argument("run")
-@click.option("-f", "--follow", is_flag=True, help="Keep streaming until the attempt ends.")
+@click.option("-f", "--follow", is_flag=True, help="Keep streaming until the run ends.")
 @click.option("--tail", type=click.IntRange(min=0), help="Start with the last N lines.")
-@click.option("--attempt", type=click.IntRange(min=0), help="Attempt number (default: latest).")
-def command(run: str, follow: bool, tail: int | None, attempt: int | None) -> None:
+@click.option("--attempt", type=click.IntRange(min=0), help="Only this attempt (0-based).")
+@click.option("--all", "all_attempts", is_flag=True, help="Every attempt, oldest first.")
+def command(
+    run: str, follow: bool, tail: int | None, attempt: int | None, all_attempts: bool
+) -> None:
     client = connect()
+    if attempt is not None or not (all_attempts or follow):
+        _stream(client, run, attempt, tail, follow)
+        return
+    detail = client.get_run(run)
+    rid = detail["id"]
+    k = 0 if all_attempts else max(detail["attempts"] - 1, 0)
+    headers = all_attempts
+    while True:
+        atts = detail["attempt_list"]
+        if k < len(atts):
+            if headers:
+                _header(atts[k])
+            _stream(client, rid, k, tail if not all_attempts else None, follow)
+            k += 1
+            headers = True  # from the second attempt on, say where each one starts
+        elif not follow or detail["state"] in TERMINAL:
+            return
+        else:
+            time.sleep(0.2)
+        detail = client.get_run(rid)
+
+
+def _stream(client: Client, run: str, attempt: int | None, tail: int | None, follow: bool) -> None:
     out = sys.stdout.buffer
     params = {"follow": follow, "tail": tail, "attempt": attempt}
     for chunk in client.stream(f"/runs/{run}/logs", params):
         out.write(chunk)
         out.flush()
+
+
+def _header(att: dict[str, Any]) -> None:
+    bits = []
+    if att.get("resumed_from"):
+        bits.append(f"resumed from step {att['resumed_from']['step']}")
+    if att.get("reason"):
+        code = att.get("exit_code")
+        bits.append(att["reason"] + (f", exit {code}" if code is not None else ""))
+    detail = f" ({'; '.join(bits)})" if bits else ""
+    click.echo(f"==> attempt {att['attempt']}{detail} <==")

@@ -12,14 +12,15 @@ from __future__ import annotations
 import getpass
 import os
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import click
 
 from taugrid.cli.connect import connect
-from taugrid.cli.output import emit_json, output_option
-from taugrid.cli.watch import exit_code_of, follow_logs, wait_for
+from taugrid.cli.records import Capture
+from taugrid.cli.runflags import RunFlags, finish_submit, run_flags
 from taugrid.domain.workload_env import submitter_env
 from taugrid.errors import UsageError
 from taugrid.home import tau_home
@@ -38,50 +39,15 @@ class RunCommand(click.Command):
 
 @click.command(name="run", cls=RunCommand, help=__doc__)
 @click.argument("file", required=False, type=click.Path(dir_okay=False, path_type=Path))
-@click.option(
-    "--set",
-    "sets",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Override any field (dotted path); repeatable.",
-)
-@click.option("--name", help="Run name (overrides the spec).")
-@click.option("--queue", help="Queue to submit to.")
-@click.option("--priority", help="Priority class.")
-@click.option("--gpus", type=int, help="GPUs per node.")
-@click.option("--wait", is_flag=True, help="Block until the run ends; exit with its exit code.")
-@click.option("-f", "--follow", is_flag=True, help="Stream the run's logs until it ends.")
-@click.option("--detach", is_flag=True, help="Return once submitted (the default).")
+@run_flags
 @click.option("--idempotency-key", help="Submit at most once for this key (for CI retries).")
-@output_option
 @click.pass_context
 def command(
-    ctx: click.Context,
-    file: Path | None,
-    sets: tuple[str, ...],
-    name: str | None,
-    queue: str | None,
-    priority: str | None,
-    gpus: int | None,
-    wait: bool,
-    follow: bool,
-    detach: bool,
-    idempotency_key: str | None,
-    output: str,
+    ctx: click.Context, file: Path | None, idempotency_key: str | None, flags: RunFlags
 ) -> None:
     from taugrid.spec import inactive_fields, load_spec, spec_from_command
 
-    if detach and (wait or follow):
-        raise UsageError("--detach cannot be combined with --wait or --follow")
-    overrides = list(sets)
-    for key, value in (
-        ("name", name),
-        ("queue", queue),
-        ("priority", priority),
-        ("resources.gpus", gpus),
-    ):
-        if value is not None:
-            overrides.append(f"{key}={value}")
+    overrides = flags.overrides()
     argv: list[str] | None = ctx.meta.get("tau.argv")
     if argv is not None:
         if file is not None:
@@ -98,11 +64,14 @@ def command(
             )
         loaded = load_spec(path, overrides)
 
-    if output != "json":
+    if flags.output != "json":
         for note in inactive_fields(loaded.spec, "local"):
             click.echo(f"note: {note}", err=True)
+    # git and the workload's Python are looked at while the snapshot is built and sent.
+    records = Capture(loaded.workdir, workload_path(loaded.spec.env))
     client = connect()
     digest = upload_snapshot(client, loaded.workdir, list(loaded.spec.exclude))
+    code, python_env = records.result()
     payload: dict[str, Any] = {
         "spec_source": loaded.source,
         "file_text": loaded.file_text,
@@ -112,25 +81,21 @@ def command(
         "snapshot_digest": digest,
         "submitter": getpass.getuser(),
         "env": submitter_env(os.environ),
+        "code": code,
+        "python_env": python_env,
     }
     result = client.submit(payload, idempotency_key or str(uuid.uuid4()))
-    run = result["run"]
-    if output == "json" and not (wait or follow):
-        emit_json(result)
-        return
-    if output != "json":
-        verb = "submitted" if result["created"] else "already submitted"
-        click.echo(f"run {run['id']} {verb} ({run['state']})", err=wait or follow)
-    if follow:
-        final = follow_logs(client, run["id"])
-    elif wait:
-        final = wait_for(client, run["id"], show=output != "json")
-    else:
-        click.echo(f"  tau status {run['id']}    tau logs {run['id']} -f")
-        return
-    if output == "json":
-        emit_json(final)
-    ctx.exit(exit_code_of(final))
+    finish_submit(ctx, client, result, flags)
+
+
+def workload_path(spec_env: Mapping[str, str]) -> str | None:
+    """The PATH the workload will search: the spec's ``env.PATH`` (what is left of
+    ``${VAR}`` in it filled from this shell, as at launch), else this shell's."""
+    if "PATH" not in spec_env:
+        return None
+    from taugrid.spec import expand_at_launch
+
+    return expand_at_launch([spec_env["PATH"]], os.environ)[0]
 
 
 def upload_snapshot(client: Any, workdir: Path, exclude: list[str]) -> str:

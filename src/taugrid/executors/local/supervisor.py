@@ -132,6 +132,67 @@ def _killpg(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
 
 
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _become_subreaper() -> None:
+    """Orphans of the workload become our children instead of init's, so a process that
+    left the workload's group (torchrun starts every worker in its own session) is still
+    found, stopped and reaped with the run. Linux only; elsewhere the group is all."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError) as exc:
+        _log(f"cannot become a child subreaper: {exc}")
+
+
+def _descendants() -> list[tuple[int, int, str]]:
+    """(pid, pgid, state) of every process below this one, from /proc."""
+    children: dict[int, list[tuple[int, int, str]]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in names:
+        if name.isdigit():
+            fields = _stat_fields(name)
+            if fields and len(fields) > 2:
+                children.setdefault(int(fields[1]), []).append(
+                    (int(name), int(fields[2]), fields[0])
+                )
+    found, todo = [], [os.getpid()]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child[0])
+    return found
+
+
+def _kill_tree(pgid: int, sig: int) -> None:
+    """Signal the workload's process group and every other process descended from us."""
+    _killpg(pgid, sig)
+    for pid, group, state in _descendants():
+        if group != pgid and state not in "ZX":
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+
+
+def _tree_alive(pgid: int, main_pid: int) -> bool:
+    if _group_has_live_members(pgid):
+        return True
+    return any(state not in "ZX" and pid != main_pid for pid, _, state in _descendants())
+
+
+def _reap_orphans(main_pid: int) -> None:
+    """Collect the exit status of adopted orphans (not the main process: reaped last)."""
+    for pid, _, _ in _descendants():
+        if pid != main_pid:
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, os.WNOHANG)
+
+
 def _argv(command: list[str] | str, setup: str | None) -> list[str]:
     if isinstance(command, str):
         if setup:
@@ -441,26 +502,29 @@ class Supervisor:
                     reason = "timeout"
                 if reason is not None:
                     _log(f"stopping the workload ({reason}): SIGTERM to group {pgid}")
-                    _killpg(pgid, signal.SIGTERM)
+                    _kill_tree(pgid, signal.SIGTERM)
                     kill_at = now + grace
             if kill_at is not None and now >= kill_at:
-                _log(f"grace over: SIGKILL to group {pgid}")
-                _killpg(pgid, signal.SIGKILL)
+                _log(f"grace over: SIGKILL to group {pgid} and every process below")
+                _kill_tree(pgid, signal.SIGKILL)
                 kill_at = None  # sent; the exit will wake us
             next_events = (kill_at, deadline if reason is None else None)
             wake = [t - now for t in next_events if t is not None]
             self._sleep(max(0.0, min([1.0, *wake])))
         finished_at = time.time()
-        # The main process is gone; nothing else of this run may outlive it.
+        # The main process is gone; nothing else of this run may outlive it, whether in
+        # its process group or in a session of its own (adopted by us, the subreaper).
         if reason is None:
-            if _group_has_live_members(pgid):
-                _killpg(pgid, signal.SIGTERM)
+            if _tree_alive(pgid, proc.pid):
+                _kill_tree(pgid, signal.SIGTERM)
             kill_at = time.monotonic() + min(grace, STRAY_GRACE_S)
         elif kill_at is None:
             kill_at = time.monotonic()
-        while time.monotonic() < kill_at and _group_has_live_members(pgid):
+        while time.monotonic() < kill_at and _tree_alive(pgid, proc.pid):
+            _reap_orphans(proc.pid)
             time.sleep(_POLL_S)
-        _killpg(pgid, signal.SIGKILL)
+        _kill_tree(pgid, signal.SIGKILL)
+        _reap_orphans(proc.pid)
         returncode = proc.wait()  # reap last: frees the pid and the group id
         if reason is None:
             reason = "succeeded" if returncode == 0 else "failed"
@@ -511,6 +575,7 @@ def main(argv: list[str]) -> int:
         return 2
     attempt_dir = os.path.abspath(argv[1])
     _detach(attempt_dir)
+    _become_subreaper()
     try:
         return Supervisor(attempt_dir).run()
     except BaseException:

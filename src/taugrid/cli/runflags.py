@@ -1,0 +1,124 @@
+"""The flags ``tau run`` and ``tau rerun`` share, and what happens after a submit.
+
+``@run_flags`` adds ``--set``, ``--name``, ``--queue``, ``--priority``, ``--gpus``,
+``--wait``, ``--follow``, ``--detach`` and ``-o`` and hands the command one
+:class:`RunFlags` as ``flags``; :func:`finish_submit` prints the answer and, with
+``--wait``/``--follow``, watches the run and exits with its exit code.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Any
+
+import click
+
+from taugrid.cli.client import Client
+from taugrid.cli.output import emit_json, output_option
+from taugrid.cli.watch import exit_code_of, follow_logs, wait_for
+from taugrid.errors import UsageError
+
+
+@dataclass(frozen=True)
+class RunFlags:
+    sets: tuple[str, ...] = ()
+    name: str | None = None
+    queue: str | None = None
+    priority: str | None = None
+    gpus: int | None = None
+    wait: bool = False
+    follow: bool = False
+    detach: bool = False
+    output: str = "table"
+
+    def overrides(self) -> list[str]:
+        """``--set`` texts, then the shorthand flags as the ``--set`` they stand for."""
+        out = list(self.sets)
+        for key, value in (
+            ("name", self.name),
+            ("queue", self.queue),
+            ("priority", self.priority),
+            ("resources.gpus", self.gpus),
+        ):
+            if value is not None:
+                out.append(f"{key}={value}")
+        return out
+
+    @property
+    def watching(self) -> bool:
+        return self.wait or self.follow
+
+
+_NAMES = tuple(f.name for f in fields(RunFlags))
+
+# Top to bottom as --help lists them.
+_OPTIONS = (
+    click.option(
+        "--set",
+        "sets",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="Override any field (dotted path); repeatable.",
+    ),
+    click.option("--name", help="Run name (overrides the spec)."),
+    click.option("--queue", help="Queue to submit to."),
+    click.option("--priority", help="Priority class."),
+    click.option("--gpus", type=int, help="GPUs per node."),
+    click.option("--wait", is_flag=True, help="Block until the run ends; exit with its exit code."),
+    click.option("-f", "--follow", is_flag=True, help="Stream the run's logs until it ends."),
+    click.option("--detach", is_flag=True, help="Return once submitted (the default)."),
+    output_option,
+)
+
+
+def run_flags(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Add the shared run flags; the command receives them as ``flags: RunFlags``."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        flags = RunFlags(**{name: kwargs.pop(name) for name in _NAMES})
+        if flags.detach and flags.watching:
+            raise UsageError("--detach cannot be combined with --wait or --follow")
+        return func(*args, flags=flags, **kwargs)
+
+    decorated: Callable[..., Any] = wrapper
+    for option in reversed(_OPTIONS):
+        decorated = option(decorated)
+    return decorated
+
+
+def finish_submit(
+    ctx: click.Context, client: Client, result: dict[str, Any], flags: RunFlags, note: str = ""
+) -> None:
+    """Report a submit answer (``{"run", "created"}``); then watch it if asked to."""
+    run = result["run"]
+    if flags.output == "json" and not flags.watching:
+        emit_json(result)
+        return
+    if flags.output != "json":
+        verb = "submitted" if result["created"] else "already submitted"
+        click.echo(f"run {run['id']} {verb}{note} ({run['state']})", err=flags.watching)
+    final = watch(client, run["id"], flags)
+    if final is not None:
+        ctx.exit(exit_code_of(final))
+
+
+def watch(
+    client: Client, run_id: str, flags: RunFlags, *, since: float | None = None
+) -> dict[str, Any] | None:
+    """``--follow`` streams the logs, ``--wait`` shows progress; either returns the final
+    run detail (printed with ``-o json``) for the caller to exit with its code. Without
+    either, prints where to look next and returns ``None``."""
+    if flags.follow:
+        final = follow_logs(client, run_id)
+    elif flags.wait:
+        final = wait_for(client, run_id, show=flags.output != "json", since=since)
+    else:
+        if flags.output != "json":
+            click.echo(f"  tau status {run_id}    tau logs {run_id} -f")
+        return None
+    if flags.output == "json":
+        emit_json(final)
+    return final
