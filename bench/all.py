@@ -15,7 +15,14 @@ from typing import Any
 
 from bench._common import REPO, RESULTS_DIR, fmt_value
 
-BENCHMARKS = ("cli_startup", "submit_latency", "transitions")
+BENCHMARKS = (
+    "cli_startup",
+    "submit_latency",
+    "transitions",
+    "crash_resume",
+    "checkpoint_persist",
+    "checkpoint_async",
+)
 
 
 def main(argv: list[str]) -> int:

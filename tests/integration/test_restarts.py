@@ -34,6 +34,10 @@ if mode == "corrupt" and attempt == 0:
     newest = sorted(root.glob("step-*"))[-1]
     (newest / "state.txt").write_text("torn")
     sys.exit(1)
+if mode == "corrupt-all" and attempt == 0:
+    for d in pathlib.Path(os.environ["TAU_CHECKPOINT_DIR"]).glob("step-*"):
+        (d / "state.txt").write_text("torn")
+    sys.exit(1)
 if mode == "fail-once" and attempt == 0:
     sys.exit(2)
 """
@@ -110,6 +114,21 @@ def test_a_corrupt_newest_checkpoint_is_skipped_with_an_event(tau: Tau) -> None:
     assert "sha256" in skipped[0]["message"] or "size" in skipped[0]["message"]
     assert done["attempt_list"][1]["resumed_from"]["step"] == 1
     assert "start=2" in _logs(tau, run["id"], 1)
+
+
+def test_when_every_checkpoint_is_corrupt_the_restart_starts_fresh(tau: Tau) -> None:
+    proj = _project(tau, "corrupt-all", "{max: 1, backoff: 0s}")
+    done = tau.wait_state(_run(tau, proj)["id"], {"SUCCEEDED", "FAILED"}, timeout=60)
+    assert done["state"] == "SUCCEEDED", done["events"]
+    skipped = [e for e in done["events"] if e["reason"] == "CheckpointSkipped"]
+    assert [e["message"].split(" skipped")[0] for e in skipped] == [
+        "checkpoint step 2",
+        "checkpoint step 1",
+        "checkpoint step 0",
+    ]
+    assert done["attempt_list"][1]["resumed_from"] is None
+    # TAU_RESUME_FROM is set but empty, so the SDK does not pick a corrupt one up itself.
+    assert "resume_from= start=0" in _logs(tau, done["id"], 1)
 
 
 def test_command_not_found_fails_fast_without_restarts(tau: Tau) -> None:

@@ -68,7 +68,7 @@ def workload_env(
             "PYTHONUNBUFFERED": env.get("PYTHONUNBUFFERED", "1"),
         }
     )
-    if ctx.resume_from:
+    if ctx.resume_from is not None:  # "" says "start fresh": nothing here can be trusted
         env["TAU_RESUME_FROM"] = ctx.resume_from
     else:
         env.pop("TAU_RESUME_FROM", None)

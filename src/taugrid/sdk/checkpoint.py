@@ -110,11 +110,12 @@ def saving(step: int, *, root: str | os.PathLike[str] | None = None) -> Iterator
 
 def write_files(directory: str | os.PathLike[str], files: Mapping[str, Any]) -> list[FileEntry]:
     """Write ``{relative/posix/path: buffer}`` into ``directory`` (the one ``saving()``
-    yielded), the fast way: each buffer is hashed in another thread while it is written,
-    and each file is fsynced as soon as it is written, so the commit at the end of the
-    ``with`` block reads none of them again. Buffers as for :func:`save_async` (bytes,
-    bytearray, memoryview, NumPy arrays; saved as ``memoryview(obj).tobytes()``). Files
-    must not exist yet."""
+    yielded), the fast way: big buffers are written with O_DIRECT (no page-cache copy;
+    plain writes where the filesystem refuses it, or with ``TAU_CHECKPOINT_DIRECT=0``)
+    while other threads hash them, and each file is fsynced as soon as it is written, so
+    the commit at the end of the ``with`` block reads none of them again. Buffers as for
+    :func:`save_async` (bytes, bytearray, memoryview, NumPy arrays; saved as
+    ``memoryview(obj).tobytes()``). Files must not exist yet. Returns their entries."""
     items = buffers(files)
     try:
         return _writer.write_files(Path(directory), [(rel, flat(d)) for rel, d in items])

@@ -112,7 +112,9 @@ class AttemptLauncher:
                 f"checkpoint step {info.step} skipped for attempt {attempt}: {info.problem}",
             )
         if best is None:
-            return None
+            # Every checkpoint was skipped: an empty value keeps the SDK from scanning the
+            # directory and picking one of them up again.
+            return "" if skipped else None
         self.store.update_attempt(
             run["id"], attempt, resumed_from={"step": best.step, "path": str(best.path)}
         )

@@ -173,3 +173,48 @@ def test_bad_arguments_fail_at_once(root: Path) -> None:
         ck.save_async(-1, {"a": b"x"})
     assert not root.exists() or os.listdir(root) == []
     assert ck.save_async(1, {"a": b"x"}).wait(timeout=60).step == 1  # slot not leaked
+
+
+def test_parallel_staging_copy_is_exact(root: Path) -> None:
+    from taugrid.sdk import _async
+
+    n = 2 * _async._COPY_SLICE + 12345  # big enough for two copying threads, odd size
+    src = np.frombuffer(os.urandom(1 << 20), dtype=np.uint8)
+    big = np.resize(src, n)
+    big[-5:] = [1, 2, 3, 4, 5]
+    dst = bytearray(n)
+    _async._copy_into(dst, memoryview(big).cast("B"))
+    assert dst == big.tobytes()
+    frozen = big.copy()
+    frozen.flags.writeable = False  # read-only: the plain copy
+    dst2 = bytearray(n)
+    _async._copy_into(dst2, memoryview(frozen).cast("B"))
+    assert dst2 == dst
+    dst.extend(b"x")  # no export left on the staging buffer
+    job = ck.save_async(1, {"big.bin": big}, mode="copy")
+    at_call = hashlib.sha256(big).hexdigest()
+    big[:] = 0
+    got = job.wait(timeout=120)
+    assert got.files[0].sha256 == at_call
+    assert ck.verify(got.path) is None
+
+
+def test_auto_mode_choice(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from taugrid.sdk import _async
+
+    small = np.zeros(1 << 16, dtype=np.uint8)
+    job = ck.save_async(1, {"s.bin": small})
+    assert job.mode == "copy"  # buffers: copy
+    job.wait(timeout=60)
+    job = ck.save_async(2, lambda d: (d / "w").write_bytes(b"w") and None)
+    assert job.mode == "fork" and job.pid is not None  # a writer callable: fork
+    job.wait(timeout=60)
+    # staging more than a quarter of the memory available: fork (no extra memory)
+    monkeypatch.setattr(_async, "mem_available", lambda: 4 * (1 << 16) - 1)
+    assert ck.save_async(3, {"new-name.bin": small}).mode == "fork"
+    # already staged from an earlier save of the same name and size: copy again
+    monkeypatch.setattr(_async, "mem_available", lambda: 4 * (1 << 16) - 1)
+    assert ck.save_async(4, {"s.bin": small}).mode == "copy"
+    assert ck.save_async(5, {"b.bin": b"immutable, never copied"}).mode == "copy"
+    ck.save_async(6, {"s.bin": small}).wait(timeout=60)
+    assert sorted(os.listdir(root)) == [f"step-{s:010d}" for s in (4, 5, 6)]

@@ -408,3 +408,58 @@ def test_write_files_rejects_bad_input(root: Path) -> None:
             ck.write_files(d, {"a": b"x", "a/b": b"y"})
         ck.write_files(d, {"ok": b"x"})
     assert [f.path for f in ck.latest().files] == ["ok"]  # type: ignore[union-attr]
+
+
+# -- O_DIRECT for big buffers ----------------------------------------------------------------
+def count_direct(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls: list[int] = []
+    real = _writer.write_direct
+
+    def counting(fd: int, data: memoryview | bytes) -> None:
+        calls.append(len(data))
+        real(fd, data)
+
+    monkeypatch.setattr(_writer, "write_direct", counting)
+    return calls
+
+
+def test_big_buffers_go_through_o_direct(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = count_direct(monkeypatch)
+    odd = os.urandom(_writer.DIRECT_MIN + 3 * _writer.DIRECT_CHUNK + 4097)  # padded last chunk
+    exact = os.urandom(2 * _writer.DIRECT_CHUNK)
+    with ck.saving(1) as d:
+        ck.write_files(d, {"odd.bin": odd, "exact.bin": exact, "small.bin": b"s" * 100})
+    path = root / "step-0000000001"
+    assert sorted(calls) == [len(exact), len(odd)]  # the small one is written plainly
+    assert (path / "odd.bin").read_bytes() == odd
+    assert (path / "exact.bin").read_bytes() == exact
+    assert ck.verify(path) is None
+
+
+def test_o_direct_can_be_turned_off(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = count_direct(monkeypatch)
+    monkeypatch.setenv("TAU_CHECKPOINT_DIRECT", "0")
+    with ck.saving(1) as d:
+        ck.write_files(d, {"big.bin": bytes(_writer.DIRECT_MIN)})
+    assert calls == []
+    assert ck.verify(root / "step-0000000001") is None
+
+
+def test_o_direct_refused_falls_back_to_plain_writes(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    refused: list[int] = []
+
+    def einval(fd: int, data: memoryview | bytes) -> None:
+        refused.append(fd)
+        os.ftruncate(fd, 12345)  # a partial file that must not survive
+        raise OSError(errno.EINVAL, "Invalid argument")
+
+    monkeypatch.setattr(_writer, "write_direct", einval)
+    monkeypatch.setattr(_writer, "_no_direct_devs", set())
+    big = os.urandom(_writer.DIRECT_MIN + 1)
+    with ck.saving(1) as d:
+        ck.write_files(d, {"a.bin": big, "b.bin": big})
+    assert len(refused) == 1  # the filesystem is remembered: b.bin went plain at once
+    assert (root / "step-0000000001" / "a.bin").read_bytes() == big
+    assert ck.verify(root / "step-0000000001") is None
