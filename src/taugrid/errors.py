@@ -115,6 +115,22 @@ class Unschedulable(TauError):
     http_status = 422
 
 
+class Forbidden(TauError):
+    """The caller may see the object but not change it (e.g. another researcher's run)."""
+
+    code = "forbidden"
+    exit_code = 9
+    http_status = 403
+
+
+class RateLimited(TauError):
+    """Too many failed authentications from one source; try again later."""
+
+    code = "rate_limited"
+    exit_code = 4
+    http_status = 429
+
+
 ERRORS_BY_CODE: dict[str, type[TauError]] = {
     cls.code: cls
     for cls in (
@@ -127,5 +143,7 @@ ERRORS_BY_CODE: dict[str, type[TauError]] = {
         Ambiguous,
         Conflict,
         Unschedulable,
+        Forbidden,
+        RateLimited,
     )
 }

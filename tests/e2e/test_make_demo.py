@@ -20,6 +20,7 @@ TAU = [sys.executable, "-m", "taugrid.cli.main"]
 def test_make_demo_runs_the_quickstart(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TAU_")}
     env["TAU_HOME"] = str(tmp_path / "home")
+    env["TAU_CONFIG"] = str(tmp_path / "tau-config.yaml")  # not the developer's contexts
     try:
         demo = subprocess.run(
             ["make", "-s", "demo"],

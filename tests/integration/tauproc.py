@@ -32,7 +32,9 @@ class Tau:
             for k, v in os.environ.items()
             if not k.startswith("TAU_") and k != "PYTHONDONTWRITEBYTECODE"
         }
-        env.update(TAU_HOME=str(self.home), **self.extra_env, **more)
+        # A developer's own ~/.config/tau (a current context) must not redirect the tests.
+        config = str(self.home.parent / "tau-config.yaml")
+        env.update(TAU_HOME=str(self.home), TAU_CONFIG=config, **self.extra_env, **more)
         return env
 
     def __call__(

@@ -34,7 +34,9 @@ class LazyGroup(click.Group):
     cls=LazyGroup, help=CLICK_HELP, context_settings={"help_option_names": ["-h", "--help"]}
 )
 @click.option("--debug", is_flag=True, help=OPTIONS[0][1])
+# Read by connect.selected(); precedence in taugrid.cli.contexts.
+@click.option("--context", "context_name", metavar="NAME", help=OPTIONS[1][1])
 @click.version_option(__version__, "--version", prog_name="tau", message="%(prog)s %(version)s")
 @click.pass_context
-def cli(ctx: click.Context, debug: bool) -> None:
-    ctx.obj = {"debug": debug or bool(os.environ.get("TAU_DEBUG"))}
+def cli(ctx: click.Context, debug: bool, context_name: str | None) -> None:
+    ctx.obj = {"debug": debug or bool(os.environ.get("TAU_DEBUG")), "context": context_name}

@@ -176,6 +176,94 @@ class Client:
         """Delete a secret; NotFound when it is not set."""
         self.call("DELETE", f"/secrets/{_q(ref)}")
 
+    # -- admin: identity and access (an admin's token; others get NotFound) -------------
+    # The DELETEs answer 204 without a body: call() returns None for an empty body.
+    def create_workspace(self, name: str) -> dict[str, Any]:
+        """``{"name", "created_at", "members": {}}``."""
+        result: dict[str, Any] = self.call("POST", "/admin/workspaces", json_body={"name": name})
+        return result
+
+    def list_workspaces(self) -> dict[str, Any]:
+        """``{"workspaces": [{"name", "created_at", "members": {user: role}}]}``."""
+        result: dict[str, Any] = self.call("GET", "/admin/workspaces")
+        return result
+
+    def delete_workspace(self, name: str) -> None:
+        """Conflict while the workspace has unfinished runs."""
+        self.call("DELETE", f"/admin/workspaces/{_q(name)}")
+
+    def set_member(self, workspace: str, user: str, role: str) -> dict[str, Any]:
+        """Add a member or change their role: ``{"workspace", "user", "role"}``."""
+        result: dict[str, Any] = self.call(
+            "PUT",
+            f"/admin/workspaces/{_q(workspace)}/members/{_q(user)}",
+            json_body={"role": role},
+        )
+        return result
+
+    def remove_member(self, workspace: str, user: str) -> None:
+        self.call("DELETE", f"/admin/workspaces/{_q(workspace)}/members/{_q(user)}")
+
+    def create_user(self, name: str, kind: str = "user", admin: bool = False) -> dict[str, Any]:
+        """``kind`` is ``user`` or ``service``; answers the user."""
+        result: dict[str, Any] = self.call(
+            "POST", "/admin/users", json_body={"name": name, "kind": kind, "admin": admin}
+        )
+        return result
+
+    def list_users(self) -> dict[str, Any]:
+        """``{"users": [{"name", "kind", "admin", "disabled", "created_at", "memberships"}]}``."""
+        result: dict[str, Any] = self.call("GET", "/admin/users")
+        return result
+
+    def disable_user(self, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = self.call("POST", f"/admin/users/{_q(name)}/disable")
+        return result
+
+    def create_token(
+        self, user: str, name: str | None = None, expires_in_s: float | None = None
+    ) -> dict[str, Any]:
+        """``{"id", "user", "name", "created_at", "expires_at", "token"}``: the only answer
+        that carries the secret ``token``."""
+        result: dict[str, Any] = self.call(
+            "POST",
+            "/admin/tokens",
+            json_body={"user": user, "name": name, "expires_in_s": expires_in_s},
+        )
+        return result
+
+    def list_tokens(self, user: str | None = None) -> dict[str, Any]:
+        """``{"tokens": [{"id", "user", "name", "created_at", "expires_at", "revoked_at",
+        "last_used_at"}]}`` (never the secrets)."""
+        result: dict[str, Any] = self.call("GET", "/admin/tokens", params={"user": user})
+        return result
+
+    def revoke_token(self, token_id: str) -> None:
+        self.call("DELETE", f"/admin/tokens/{_q(str(token_id))}")
+
+    def audit(
+        self,
+        *,
+        actor: str | None = None,
+        action: str | None = None,
+        workspace: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        limit: int | None = None,
+    ) -> dict[str, Any]:
+        """``{"entries": [{"id", "at", "actor", "action", "target", "workspace", "source",
+        "outcome", "detail"}]}``, newest first; ``since``/``until`` in unix seconds."""
+        params = {
+            "actor": actor,
+            "action": action,
+            "workspace": workspace,
+            "since": since,
+            "until": until,
+            "limit": limit,
+        }
+        result: dict[str, Any] = self.call("GET", "/admin/audit", params=params)
+        return result
+
 
 def _q(s: str) -> str:
     return urllib.parse.quote(s, safe="")

@@ -1,7 +1,9 @@
 """Find the server to talk to, starting the local one when none runs.
 
-``TAU_SERVER_URL`` (and ``TAU_TOKEN``) point the CLI at any server; otherwise it uses
-the local server published in ``$TAU_HOME/server.json`` and starts one if needed.
+The context in force (:mod:`taugrid.cli.contexts`: ``TAU_SERVER``/``TAU_TOKEN``, then
+``tau --context``, ``TAU_CONTEXT``, the config's current context) names a server and its
+token; the context ``local``, the default, is the server published in
+``$TAU_HOME/server.json``, started if needed.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from taugrid.cli import contexts
 from taugrid.cli.client import Client
 from taugrid.errors import AuthError, ServerUnreachable
 from taugrid.home import server_info_path, server_log_path, tau_home, token_path
@@ -21,9 +24,9 @@ START_TIMEOUT_S = 30.0
 
 
 def connect(*, start: bool = True) -> Client:
-    url = os.environ.get("TAU_SERVER_URL")
-    if url:
-        return Client(url, os.environ.get("TAU_TOKEN"))
+    ctx = selected().context
+    if ctx.server is not None:
+        return Client(ctx.server, ctx.token)
     home = tau_home()
     info = running_server(home)
     if info is None:
@@ -31,6 +34,26 @@ def connect(*, start: bool = True) -> Client:
             raise ServerUnreachable("no local tau server is running (start one: tau server start)")
         info = start_server(home)
     return Client(str(info["url"]), read_token(home))
+
+
+def selected() -> contexts.Selection:
+    """The context this invocation uses (honours the global ``--context NAME``)."""
+    return contexts.select(context_option())
+
+
+def default_workspace() -> str | None:
+    """The selected context's ``workspace``: what ``--workspace`` defaults to."""
+    return selected().context.workspace
+
+
+def context_option() -> str | None:
+    """``tau --context NAME`` of the running click command, if any."""
+    import click  # loaded already whenever a command runs
+
+    ctx = click.get_current_context(silent=True)
+    obj = ctx.find_root().obj if ctx is not None else None
+    name = obj.get("context") if isinstance(obj, dict) else None
+    return name if isinstance(name, str) else None
 
 
 def read_token(home: Path) -> str:

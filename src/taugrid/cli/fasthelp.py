@@ -21,6 +21,7 @@ DESCRIPTION = [
 ]
 OPTIONS = [
     ("--debug", "Show tracebacks for errors."),
+    ("--context NAME", "Use this context's server and token (tau context list)."),
     ("--version", "Show the version and exit."),
     ("-h, --help", "Show this message and exit."),
 ]

@@ -25,6 +25,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "init": ("init", "Write a commented starter tau.yaml."),
     "secret": ("secret", "Manage secrets that runs get as environment variables."),
     "server": ("server", "Start, stop or inspect the local server."),
-    "admin": ("admin", "Platform administration: policy."),
+    "login": ("login", "Log in to a tau server and save it as a context."),
+    "context": ("context", "List, show, switch and delete CLI contexts."),
+    "admin": ("admin", "Platform administration: policy, workspaces, users, tokens, audit."),
     "version": ("version", "Print the version of tau."),
 }

@@ -1,6 +1,6 @@
 """The flags ``tau run`` and ``tau rerun`` share, and what happens after a submit.
 
-``@run_flags`` adds ``--set``, ``--name``, ``--queue``, ``--priority``, ``--gpus``,
+``@run_flags`` adds ``--set``, ``--name``, ``--workspace``, ``--queue``, ``--priority``, ``--gpus``,
 ``--wait``, ``--follow``, ``--detach`` and ``-o`` and hands the command one
 :class:`RunFlags` as ``flags``; :func:`finish_submit` prints the answer and, with
 ``--wait``/``--follow``, watches the run and exits with its exit code.
@@ -25,6 +25,7 @@ from taugrid.errors import UsageError
 class RunFlags:
     sets: tuple[str, ...] = ()
     name: str | None = None
+    workspace: str | None = None
     queue: str | None = None
     priority: str | None = None
     gpus: int | None = None
@@ -38,6 +39,7 @@ class RunFlags:
         out = list(self.sets)
         for key, value in (
             ("name", self.name),
+            ("workspace", self.workspace),
             ("queue", self.queue),
             ("priority", self.priority),
             ("resources.gpus", self.gpus),
@@ -63,6 +65,7 @@ _OPTIONS = (
         help="Override any field (dotted path); repeatable.",
     ),
     click.option("--name", help="Run name (overrides the spec)."),
+    click.option("--workspace", help="Workspace to submit to (overrides the spec)."),
     click.option("--queue", help="Queue to submit to."),
     click.option("--priority", help="Priority class."),
     click.option("--gpus", type=int, help="GPUs per node."),

@@ -22,12 +22,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpus", type=int, default=None, help="GPUs to offer (default TAU_LOCAL_GPUS)")
     ap.add_argument("--database-url", default=None)
     ap.add_argument(
+        "--shared",
+        action="store_true",
+        help="A server for several people: API tokens and roles; may bind beyond loopback",
+    )
+    ap.add_argument(
         "--retention",
         default=None,
         help="Keep finished runs' files this long, e.g. 30d, or 'never' (default TAU_RETENTION "
         "or 30d)",
     )
     args = ap.parse_args(argv)
+    if not args.shared and args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(
+            f"a local server binds to loopback only; --host {args.host} needs --shared",
+            file=sys.stderr,
+        )
+        return 2
 
     import uvicorn
 
@@ -53,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = ServerSettings.from_env(
         home, host=args.host, port=args.port, gpus=args.gpus, db_url=args.database_url
     )
+    if args.shared:
+        settings = dataclasses.replace(settings, shared=True)
     if args.retention:
         settings = dataclasses.replace(settings, retention_s=parse_retention(args.retention))
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -6,27 +6,32 @@ import json
 import logging
 import os
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
+from pathlib import Path
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from taugrid import __version__
-from taugrid.errors import AuthError, TauError
+from taugrid.errors import Conflict, TauError
 from taugrid.executors.local.executor import LocalExecutor
 from taugrid.executors.local.gpus import machine_cpus_millis, machine_memory_bytes, probe_gpus
 from taugrid.executors.local.secrets import LocalSecretStore
 from taugrid.home import server_info_path, token_path
-from taugrid.server.auth import ensure_token, token_matches
+from taugrid.server.access_routes import router as access_router
+from taugrid.server.auth import Authenticator, ensure_token
 from taugrid.server.engine import RunEngine
 from taugrid.server.queueing import Machine, Queueing
-from taugrid.server.routes import router
+from taugrid.server.routes import require_admin, router
 from taugrid.server.schemas import Health
 from taugrid.server.secret_routes import router as secret_router
 from taugrid.server.services import RunService
 from taugrid.server.settings import ServerSettings
 from taugrid.store import RunStore, connect
+from taugrid.store.identity import IdentityStore
 from taugrid.store.policies import PolicyStore
+
+BOOTSTRAP_TOKEN_FILE = "admin-token"
 
 log = logging.getLogger("taugrid.server")
 
@@ -57,7 +62,12 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
             secrets_dir=home / "secrets",
         )
         secrets = LocalSecretStore(home / "secrets")
+        identity = IdentityStore(db)
+        if settings.shared:
+            bootstrap_admin(identity, home)
         app.state.token = token
+        app.state.identity = identity
+        app.state.auth = Authenticator(token, identity)
         app.state.secrets = secrets
         app.state.service = RunService(
             store, executor, engine, queueing, settings.snapshots_dir, secrets
@@ -96,13 +106,35 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
     # Every /api/v1 route needs the token (a dependency, not an HTTP middleware: Starlette's
     # middleware wrapper costs more per request than the rest of a small request).
     app.include_router(router, dependencies=[Depends(require_token)])
-    app.include_router(secret_router, dependencies=[Depends(require_token)])
+    app.include_router(access_router, dependencies=[Depends(require_token)])
+    app.include_router(secret_router, dependencies=[Depends(require_token), Depends(_admin_only)])
     return app
 
 
 def require_token(request: Request) -> None:
-    if not token_matches(request.headers.get("authorization"), request.app.state.token):
-        raise AuthError("missing or wrong API token")
+    """Who calls: request.state.caller for the routes; 401 (or 429) otherwise."""
+    source = request.client.host if request.client else "unknown"
+    auth: Authenticator = request.app.state.auth
+    request.state.caller = auth.caller(request.headers.get("authorization"), source)
+
+
+def _admin_only(request: Request) -> None:
+    # Secrets are one store per server for now: only platform admins manage them.
+    require_admin(request)
+
+
+def bootstrap_admin(identity: IdentityStore, home: Path) -> None:
+    """A shared server's first admin: user ``admin`` and a token in a 0600 file, written
+    once (``tau server start --shared`` prints it)."""
+    path = home / BOOTSTRAP_TOKEN_FILE
+    if path.exists() or any(u["admin"] for u in identity.users()):
+        return
+    with suppress(Conflict):
+        identity.add_user("admin", admin=True)
+    made = identity.create_token("admin", name="bootstrap")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(made.secret + "\n")
 
 
 def _error(exc: TauError) -> JSONResponse:

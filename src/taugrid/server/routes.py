@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import getpass
 from collections.abc import Mapping
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import FileResponse, StreamingResponse
 
-from taugrid.errors import TauError
+from taugrid.domain.access import Caller, visible_workspaces
+from taugrid.errors import NotFound, TauError
+from taugrid.server.audit import audited
 from taugrid.server.launching import restart_policy_of
 from taugrid.server.queueing import PolicyInForce
 from taugrid.server.run_files import checkpoint_out
@@ -52,8 +53,14 @@ router = APIRouter(prefix="/api/v1")
 
 
 def _svc(request: Request) -> RunService:
+    """The run service as the calling user sees it (set by the token check)."""
     svc: RunService = request.app.state.service
-    return svc
+    return svc.for_caller(request.state.caller)
+
+
+def _caller(request: Request) -> Caller:
+    caller: Caller = request.state.caller
+    return caller
 
 
 def run_out(r: Row, request: Request) -> RunOut:
@@ -112,7 +119,10 @@ def submit(
     response: Response,
     idempotency_key: Annotated[str | None, Header()] = None,
 ) -> SubmitResponse:
-    run, created = _svc(request).submit(req, idempotency_key)
+    workspace = str(req.resolved.get("workspace") or "default")
+    with audited(request, "run.submit", workspace=workspace) as entry:
+        run, created = _svc(request).submit(req, idempotency_key)
+        entry["target"] = run["id"]
     response.status_code = 201 if created else 200
     return SubmitResponse(run=run_out(run, request), created=created)
 
@@ -122,7 +132,10 @@ def submit_batch(body: BatchSubmitRequest, request: Request) -> BatchSubmitRespo
     """Submit many runs in one request and one durable commit (sweeps, job arrays):
     all are recorded or, when any is invalid, none."""
     items = [(item, item.idempotency_key) for item in body.runs]
-    results = _svc(request).submit_many(items)
+    with audited(request, "run.submit") as entry:
+        results = _svc(request).submit_many(items)
+        entry["target"] = ",".join(r["id"] for r, _ in results)
+        entry["workspace"] = ",".join(sorted({r["workspace"] for r, _ in results}))
     return BatchSubmitResponse(
         results=[SubmitResponse(run=run_out(r, request), created=c) for r, c in results]
     )
@@ -131,7 +144,10 @@ def submit_batch(body: BatchSubmitRequest, request: Request) -> BatchSubmitRespo
 @router.post("/runs/cancel", response_model=CancelResponse)
 def cancel_many(body: CancelRequest, request: Request) -> CancelResponse:
     """Cancel many runs in one request and one durable commit; per-run results."""
-    results = _svc(request).cancel_many(body.runs)
+    with audited(request, "run.cancel", target=",".join(body.runs)) as entry:
+        results = _svc(request).cancel_many(body.runs)
+        refused = [f"{ref}: {r.code}" for ref, r in results.items() if isinstance(r, TauError)]
+        entry["detail"] = "; ".join(refused) or None
     return CancelResponse(
         results=[
             CancelResult(ref=ref, run=None, error=ErrorOut(code=r.code, message=r.message))
@@ -159,6 +175,7 @@ def list_runs(
         since=since,
         workspace=workspace,
         experiment=experiment,
+        visible=visible_workspaces(_caller(request)),
     )
     rows, nxt = _svc(request).list_runs(flt, limit, cursor)
     return RunList(runs=[run_out(r, request) for r in rows], next_cursor=nxt)
@@ -199,7 +216,8 @@ def get_run(ref: str, request: Request) -> RunDetail:
 
 @router.post("/runs/{ref}/resume", response_model=RunOut)
 def resume(ref: str, request: Request) -> RunOut:
-    return run_out(_svc(request).resume(ref, getpass.getuser()), request)
+    with audited(request, "run.resume", target=ref):
+        return run_out(_svc(request).resume(ref), request)
 
 
 @router.get("/runs/{ref}/checkpoints", response_model=CheckpointList)
@@ -248,7 +266,8 @@ def get_logs(
 
 @router.post("/runs/{ref}/cancel", response_model=RunOut)
 def cancel(ref: str, request: Request) -> RunOut:
-    return run_out(_svc(request).cancel(ref), request)
+    with audited(request, "run.cancel", target=ref):
+        return run_out(_svc(request).cancel(ref), request)
 
 
 @router.get("/runs/{ref}/artifacts", response_model=ArtifactList)
@@ -308,8 +327,10 @@ def get_policy(request: Request) -> PolicyOut:
 
 @router.put("/admin/policy", response_model=PolicyOut)
 def put_policy(body: PolicyApply, request: Request) -> PolicyOut:
+    require_admin(request)
     svc = _svc(request)
-    applied = svc.queueing.apply(body.text, body.source)
+    with audited(request, "policy.apply", target=body.source):
+        applied = svc.queueing.apply(body.text, body.source)
     svc.engine.wake()  # queued runs may fit the new quotas
     return policy_out(applied)
 
@@ -330,3 +351,9 @@ def policy_out(p: PolicyInForce) -> PolicyOut:
         default_priority=d.default_priority,
         local_queues=sorted(f"{w}/{q}" for w, q in d.local_queues),
     )
+
+
+def require_admin(request: Request) -> None:
+    """Platform administration: a non-admin is told the endpoint does not exist."""
+    if not _caller(request).platform_admin:
+        raise NotFound("not found")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import getpass
 import hashlib
 import os
 import time
@@ -11,11 +13,18 @@ from typing import IO, Any
 
 from pydantic import ValidationError
 
+from taugrid.domain.access import (
+    Caller,
+    can_change_run,
+    can_read,
+    can_submit,
+    visible_workspaces,
+)
 from taugrid.domain.runid import new_run_id
 from taugrid.domain.scheduling import QueueUsage, queue_usage
 from taugrid.domain.states import Reason, RunState
 from taugrid.domain.workload_env import submitter_env
-from taugrid.errors import NotFound, SpecError, SpecProblem, TauError, UsageError
+from taugrid.errors import Forbidden, NotFound, SpecError, SpecProblem, TauError, UsageError
 from taugrid.executors.local.executor import LocalExecutor
 from taugrid.executors.local.secrets import LocalSecretStore, require_secrets
 from taugrid.sdk.checkpoint import CheckpointInfo
@@ -27,6 +36,8 @@ from taugrid.spec import TauSpec
 from taugrid.store.runs import Row, RunFilter, RunStore, Transition
 
 S = RunState
+# Until a request says who calls, the service acts for the machine's owner (engine, tests).
+LOCAL_ADMIN = Caller(getpass.getuser(), admin=True, auth="local")
 LOG_CHUNK = 64 * 1024
 
 
@@ -41,11 +52,29 @@ class RunService:
         secrets: LocalSecretStore,
     ) -> None:
         self.secrets = secrets
+        self.caller = LOCAL_ADMIN  # see for_caller()
         self.queueing = queueing
         self.store = store
         self.executor = executor
         self.engine = engine
         self.snapshots_dir = snapshots_dir
+
+    def for_caller(self, caller: Caller) -> RunService:
+        """This service as seen by one caller: runs outside the workspaces it may read do
+        not exist for it, and every change is checked against its role."""
+        scoped = copy.copy(self)
+        scoped.caller = caller
+        return scoped
+
+    def _resolve(self, ref: str) -> Row:
+        return self.store.resolve(ref, visible_workspaces(self.caller))
+
+    def _check_change(self, run: Row, verb: str) -> None:
+        if not can_change_run(self.caller, run["workspace"], run["submitter"]):
+            raise Forbidden(
+                f"{self.caller.user} may not {verb} run {run['id']} "
+                f"(submitted by {run['submitter']} in workspace {run['workspace']})"
+            )
 
     # -- snapshots ----------------------------------------------------------------------
     def has_snapshot(self, digest: str) -> bool:
@@ -108,6 +137,9 @@ class RunService:
         self, req: SubmitRequest, idempotency_key: str | None
     ) -> tuple[dict[str, Any], list[Transition]]:
         spec = _validate(req)
+        self._check_submit(spec.workspace)
+        if self.caller.auth != "local":  # a token says who submits, not the request body
+            req = req.model_copy(update={"submitter": self.caller.user})
         _check_local_mode(spec)
         require_secrets(self.secrets, spec.secrets)
         _check_record_sizes(req)
@@ -146,8 +178,15 @@ class RunService:
         ]
 
     # -- reads --------------------------------------------------------------------------
+    def _check_submit(self, workspace: str) -> None:
+        if can_submit(self.caller, workspace):
+            return
+        if can_read(self.caller, workspace):
+            raise Forbidden(f"{self.caller.user} may only read workspace '{workspace}'")
+        raise NotFound(f"workspace '{workspace}' does not exist")
+
     def get(self, ref: str) -> Row:
-        return self.store.resolve(ref)
+        return self._resolve(ref)
 
     def list_runs(
         self, flt: RunFilter, limit: int, cursor: str | None
@@ -178,9 +217,17 @@ class RunService:
         exact = self.store.existing_ids(refs)  # the usual case, in one query
         for ref in refs:
             try:
-                ids[ref] = ref if ref in exact else self.store.resolve(ref)["id"]
+                ids[ref] = ref if ref in exact else self._resolve(ref)["id"]
             except TauError as exc:
                 out[ref] = exc
+        allowed: dict[str, str] = {} if not self.caller.platform_admin else dict(ids)
+        for ref, rid in ids.items() if not self.caller.platform_admin else ():
+            try:
+                self._check_change(self._resolve(rid), "cancel")
+                allowed[ref] = rid
+            except TauError as exc:
+                out[ref] = exc
+        ids = allowed
         by_id = self.store.cancel_many(list(dict.fromkeys(ids.values())))
         for ref, rid in ids.items():
             out[ref] = by_id[rid]
@@ -189,10 +236,12 @@ class RunService:
         return {ref: out[ref] for ref in refs}
 
     # -- resume -------------------------------------------------------------------------
-    def resume(self, ref: str, by: str) -> Row:
+    def resume(self, ref: str) -> Row:
         """A finished run goes back to its queue as a new attempt of the same run; the
         attempt starts from the newest checkpoint that verifies when it is launched."""
-        run = self.store.resolve(ref)
+        run = self._resolve(ref)
+        self._check_change(run, "resume")
+        by = self.caller.user
         newest = next((c for c in self.files.checkpoints(run["id"]) if c.verified), None)
         where = (
             f"from checkpoint step {newest.step}" if newest else "from the start (no checkpoint)"
@@ -207,14 +256,14 @@ class RunService:
         return self.engine.files
 
     def checkpoints(self, ref: str, *, full: bool = False) -> tuple[str, list[CheckpointInfo]]:
-        run = self.store.resolve(ref)
+        run = self._resolve(ref)
         return run["id"], self.files.checkpoints(run["id"], full=full)
 
     def checkpoint_file(self, ref: str, step: int, rel: str) -> Path:
-        return self.files.checkpoint_file(self.store.resolve(ref)["id"], step, rel)
+        return self.files.checkpoint_file(self._resolve(ref)["id"], step, rel)
 
     def metrics(self, ref: str, attempt: int | None) -> tuple[str, list[dict[str, Any]]]:
-        run = self.store.resolve(ref)
+        run = self._resolve(ref)
         if attempt is not None and not 0 <= attempt < max(run["attempt_count"], 1):
             raise NotFound(f"run {run['id']} has no attempt {attempt}")
         return run["id"], self.files.metrics(run["id"], run["attempt_count"], attempt)
@@ -223,7 +272,7 @@ class RunService:
     def log_stream(
         self, ref: str, attempt: int | None, tail: int | None, follow: bool
     ) -> Iterator[bytes]:
-        run = self.store.resolve(ref)
+        run = self._resolve(ref)
         if run["attempt_count"] == 0:
             if not follow:
                 return iter(())
@@ -272,7 +321,7 @@ class RunService:
 
     # -- artifacts ----------------------------------------------------------------------
     def artifacts(self, ref: str) -> tuple[str, list[dict[str, Any]]]:
-        run = self.store.resolve(ref)
+        run = self._resolve(ref)
         root = self.executor.output_dir(run["id"])
         files = []
         if root.exists():
@@ -282,7 +331,7 @@ class RunService:
         return run["id"], files
 
     def artifact_path(self, ref: str, rel: str) -> Path:
-        run = self.store.resolve(ref)
+        run = self._resolve(ref)
         root = self.executor.output_dir(run["id"]).resolve()
         path = (root / rel).resolve()
         if not path.is_relative_to(root) or not path.is_file():

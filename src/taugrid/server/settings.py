@@ -20,6 +20,7 @@ class ServerSettings:
     host: str = "127.0.0.1"
     port: int = 0  # 0: pick a free port and publish it in server.json
     gpus: int | None = None  # declared GPUs; None: detect them through NVML
+    shared: bool = False  # a server for several people: API tokens, bootstrap admin
     poll_interval_s: float = 0.5
     # Logs, outputs and checkpoints of finished runs are removed after this long (records
     # stay); None keeps them for ever.

@@ -57,6 +57,8 @@ class RunFilter:
     since: float | None = None
     workspace: str | None = None
     experiment: str | None = None
+    # The workspaces the caller may see; None: all of them.
+    visible: frozenset[str] | None = None
 
 
 class RunStore:
@@ -134,17 +136,20 @@ class RunStore:
             r = conn.execute(_GET_RUN, {"rid": run_id}).mappings().first()
         return dict(r) if r else None
 
-    def resolve(self, ref: str) -> Row:
-        """Find a run by full id, name (the most recent run of it), or unique id prefix."""
+    def resolve(self, ref: str, visible: frozenset[str] | None = None) -> Row:
+        """Find a run by full id, name (the most recent run of it), or unique id prefix,
+        among the runs of the ``visible`` workspaces (None: all). A run outside them is
+        "not found", exactly like a run that does not exist."""
+        scope = [] if visible is None else [runs.c.workspace.in_(sorted(visible))]
         with self.engine.connect() as conn:
-            exact = conn.execute(select(runs).where(runs.c.id == ref)).mappings().first()
+            exact = conn.execute(select(runs).where(runs.c.id == ref, *scope)).mappings().first()
             if exact:
                 return dict(exact)
             # A name beats a prefix: `tau logs train` means the latest run named train.
             by_name = (
                 conn.execute(
                     select(runs)
-                    .where(runs.c.name == ref)
+                    .where(runs.c.name == ref, *scope)
                     .order_by(runs.c.created_at.desc(), runs.c.queued_seq.desc())
                     .limit(1)
                 )
@@ -155,7 +160,9 @@ class RunStore:
                 return dict(by_name)
             prefix = _escape_like(ref) + "%"
             ids = (
-                conn.execute(select(runs.c.id).where(runs.c.id.like(prefix, escape="\\")).limit(6))
+                conn.execute(
+                    select(runs.c.id).where(runs.c.id.like(prefix, escape="\\"), *scope).limit(6)
+                )
                 .scalars()
                 .all()
             )
@@ -184,6 +191,8 @@ class RunStore:
             conds.append(runs.c.workspace == flt.workspace)
         if flt.experiment:
             conds.append(runs.c.experiment_name == flt.experiment)
+        if flt.visible is not None:
+            conds.append(runs.c.workspace.in_(sorted(flt.visible)))
         if before is not None:
             at, rid = before
             conds.append(

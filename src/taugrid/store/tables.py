@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from sqlalchemy import (
     JSON,
+    Boolean,
     Column,
     Float,
     ForeignKey,
@@ -111,4 +112,65 @@ policies = Table(
     Column("hash", String(64), nullable=False),
     Column("applied_at", Float, nullable=False),
     Column("applied_by", String(255), nullable=False),
+)
+
+# -- identity and access (migration 0004) --------------------------------------------------
+users = Table(
+    "users",
+    metadata,
+    Column("name", String(63), primary_key=True),
+    Column("kind", String(16), nullable=False),  # user | service
+    Column("admin", Boolean, nullable=False),
+    Column("disabled", Boolean, nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+
+tokens = Table(
+    "tokens",
+    metadata,
+    Column("id", String(16), primary_key=True),  # the public part of "tau_<id>_<secret>"
+    Column("user", String(63), ForeignKey("users.name"), nullable=False),
+    Column("name", String(63), nullable=True),
+    Column("salt", String(32), nullable=False),
+    Column("hash", String(64), nullable=False),  # sha256(salt + secret): never the secret
+    Column("created_at", Float, nullable=False),
+    Column("expires_at", Float, nullable=True),
+    Column("revoked_at", Float, nullable=True),
+    Column("last_used_at", Float, nullable=True),
+    Index("ix_tokens_user", "user"),
+)
+
+workspaces = Table(
+    "workspaces",
+    metadata,
+    Column("name", String(63), primary_key=True),
+    Column("created_at", Float, nullable=False),
+)
+
+memberships = Table(
+    "memberships",
+    metadata,
+    Column(
+        "workspace",
+        String(63),
+        ForeignKey("workspaces.name", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("user", String(63), ForeignKey("users.name"), primary_key=True),
+    Column("role", String(16), nullable=False),
+)
+
+audit = Table(
+    "audit",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("at", Float, nullable=False),
+    Column("actor", String(63), nullable=False),
+    Column("action", String(63), nullable=False),
+    Column("target", Text, nullable=True),
+    Column("workspace", String(63), nullable=True),
+    Column("source", String(255), nullable=True),  # the client's address
+    Column("outcome", String(32), nullable=False),  # ok | denied | an error code
+    Column("detail", Text, nullable=True),
+    Index("ix_audit_at", "at"),
 )

@@ -1,7 +1,9 @@
-"""Platform administration: policy.
+"""Platform administration: policy, workspaces, users, tokens, audit.
 
 The policy file (policy.yaml) is the platform team's: flavors, cohorts, cluster queues,
-workspaces, priority classes and per-user limits (docs/policy.md).
+workspaces, priority classes and per-user limits (docs/policy.md). Identity and access:
+workspaces and their members' roles, users and service accounts, API tokens and the
+audit log (docs/access.md).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from taugrid.cli.commands import admin_identity
 from taugrid.cli.connect import connect
 from taugrid.cli.output import emit_json, output_option
 from taugrid.errors import UsageError
@@ -22,6 +25,10 @@ if TYPE_CHECKING:
 @click.group(name="admin", help=__doc__)
 def command() -> None:
     pass
+
+
+for _sub in admin_identity.COMMANDS:  # workspace, user, token, audit
+    command.add_command(_sub)
 
 
 @command.group(name="policy", help="Check, render and manage the platform policy (policy.yaml).")

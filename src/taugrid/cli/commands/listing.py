@@ -80,6 +80,7 @@ def experiment_columns(metrics: Sequence[str]) -> list[Column]:
     help="Repeatable.",
 )
 @click.option("--name", help="Only runs with this name.")
+@click.option("--workspace", help="Only runs of this workspace.")
 @click.option("--experiment", help="Only runs of this experiment; adds its columns.")
 @click.option(
     "--metric",
@@ -94,6 +95,7 @@ def experiment_columns(metrics: Sequence[str]) -> list[Column]:
 def command(
     states: tuple[str, ...],
     name: str | None,
+    workspace: str | None,
     experiment: str | None,
     metrics: tuple[str, ...],
     since: str | None,
@@ -104,6 +106,7 @@ def command(
     params = {
         "state": [s.upper() for s in states] or None,
         "name": name,
+        "workspace": workspace,
         "experiment": experiment,
         "since": parse_since(since) if since else None,
     }

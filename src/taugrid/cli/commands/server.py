@@ -11,7 +11,7 @@ import click
 from taugrid.cli.client import Client
 from taugrid.cli.connect import running_server, start_server
 from taugrid.cli.output import emit_json, output_option
-from taugrid.errors import ServerUnreachable
+from taugrid.errors import ServerUnreachable, UsageError
 from taugrid.home import tau_home
 
 
@@ -28,7 +28,22 @@ def command() -> None:
     help="Keep finished runs' logs, outputs and checkpoints this long (e.g. 30d, or never; "
     "default 30d). Records are kept for good.",
 )
-def start(gpus: int | None, database_url: str | None, retention: str | None) -> None:
+@click.option(
+    "--shared",
+    is_flag=True,
+    help="Serve several people: API tokens and workspace roles; prints a bootstrap admin "
+    "token once (kept in TAU_HOME/admin-token, mode 0600).",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address (--shared only).")
+@click.option("--port", type=click.IntRange(0, 65535), default=0, help="Port (default: random).")
+def start(
+    gpus: int | None,
+    database_url: str | None,
+    retention: str | None,
+    shared: bool,
+    host: str,
+    port: int,
+) -> None:
     home = tau_home()
     info = running_server(home)
     if info is not None:
@@ -41,8 +56,19 @@ def start(gpus: int | None, database_url: str | None, retention: str | None) -> 
         args += ["--database-url", database_url]
     if retention:
         args += ["--retention", retention]
+    if host != "127.0.0.1" and not shared:
+        raise UsageError(f"a local server binds to loopback only; --host {host} needs --shared")
+    if shared:
+        args += ["--shared", "--host", host, "--port", str(port)]
+    elif port:
+        args += ["--port", str(port)]
+    bootstrap = home / "admin-token"
+    existed = bootstrap.exists()
     info = start_server(home, args)
     click.echo(f"tau server running at {info['url']} (pid {info['pid']})")
+    if shared and not existed and bootstrap.exists():
+        click.echo(f"bootstrap admin token (shown once; also in {bootstrap}, mode 0600):")
+        click.echo(bootstrap.read_text().strip())
 
 
 @command.command(name="stop", help="Stop the local server; running runs keep running.")

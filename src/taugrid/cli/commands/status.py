@@ -100,8 +100,9 @@ def describe(run: dict[str, Any]) -> str:
 
 @click.command(name="status", help=__doc__)
 @click.argument("run", required=False)
+@click.option("--workspace", help="Only runs of this workspace (the list of recent runs).")
 @output_option
-def command(run: str | None, output: str) -> None:
+def command(run: str | None, workspace: str | None, output: str) -> None:
     client = connect()
     if run:
         data = client.get_run(run)
@@ -110,7 +111,7 @@ def command(run: str | None, output: str) -> None:
         else:
             click.echo(describe(data))
         return
-    runs = client.list_runs(limit=RECENT)["runs"]
+    runs = client.list_runs(limit=RECENT, workspace=workspace)["runs"]
     if output == "json":
         emit_json({"runs": runs})
     elif runs:
