@@ -279,3 +279,32 @@ def test_tokens_record_when_they_were_last_used(world: World) -> None:
     assert httpx.get(f"{world.url}/whoami", headers=hdr).status_code == 200
     after = _ok(admin.get("/admin/tokens", params={"user": "worker"}))["tokens"][0]
     assert after["last_used_at"] is not None and after["last_used_at"] >= made["created_at"]
+
+
+def test_context_login_and_default_workspace(world: World) -> None:
+    ctx = _setup(world)
+    tau = world.tau
+    url = world.url.removesuffix("/api/v1")
+    proc = tau(
+        "login",
+        url,
+        "--token-stdin",
+        "--name",
+        "lab",
+        "--workspace",
+        "a",
+        input_text=world.tokens["res"],
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "as res" in proc.stdout + proc.stderr
+    write_spec(tau.cwd / "ctx", "name: mine\nqueue: main\ncommand: [sleep, '30']\n")
+    run = tau.json("--context", "lab", "run", cwd=tau.cwd / "ctx")["run"]
+    assert run["workspace"] == "a" and run["submitter"] == "res"
+    # The researcher's view through the context: their workspace only.
+    listed = {r["id"] for r in tau.json("--context", "lab", "list")["runs"]}
+    assert run["id"] in listed and ctx["runs"]["outsider"]["id"] not in listed
+    other = tau("--context", "lab", "status", ctx["runs"]["outsider"]["id"])
+    assert other.returncode == 5  # another workspace's run does not exist for them
+    tau("--context", "lab", "cancel", run["id"], check=True)
+    bad = tau("login", url, "--token-stdin", "--name", "bad", input_text="tau_nope_nope")
+    assert bad.returncode == 4

@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from taugrid.cli.connect import connect
+from taugrid.cli.connect import connect, default_workspace
 from taugrid.cli.records import Capture
 from taugrid.cli.runflags import RunFlags, finish_submit, run_flags
 from taugrid.domain.workload_env import submitter_env
@@ -45,7 +45,7 @@ class RunCommand(click.Command):
 def command(
     ctx: click.Context, file: Path | None, idempotency_key: str | None, flags: RunFlags
 ) -> None:
-    from taugrid.spec import inactive_fields, load_spec, spec_from_command
+    from taugrid.spec import LoadedSpec, inactive_fields, load_spec, spec_from_command
 
     overrides = flags.overrides()
     argv: list[str] | None = ctx.meta.get("tau.argv")
@@ -54,7 +54,6 @@ def command(
             raise UsageError("give either a spec FILE or a command after --, not both")
         if not argv:
             raise UsageError("nothing after --: give the command to run")
-        loaded = spec_from_command(argv, Path.cwd(), overrides)
     else:
         path = file or Path("tau.yaml")
         if not path.exists():
@@ -62,7 +61,17 @@ def command(
                 f"{path}: no such file (write one with `tau init`, "
                 "or run a command directly: tau run -- python train.py)"
             )
-        loaded = load_spec(path, overrides)
+
+    def load(extra: list[str]) -> LoadedSpec:
+        if argv is not None:
+            return spec_from_command(argv, Path.cwd(), overrides + extra)
+        return load_spec(path, overrides + extra)
+
+    loaded = load([])
+    # The context's workspace applies where neither the file nor a flag chose one.
+    context_ws = default_workspace()
+    if context_ws and "workspace" not in loaded.spec.model_fields_set:
+        loaded = load([f"workspace={context_ws}"])
 
     if flags.output != "json":
         for note in inactive_fields(loaded.spec, "local"):
