@@ -159,7 +159,15 @@ def test_negative_access_matrix(world: World) -> None:
         b = {**body, "resolved": {**body["resolved"], "workspace": "a", "name": "sneaky"}}
         resp = world.api(who).post("/runs", json=b, headers={"Idempotency-Key": "k-" + who})
         assert resp.status_code == code, (who, resp.text)
+    for who, code in (("view", 403), ("outsider", 404)):
+        item = {**body, "resolved": {**body["resolved"], "workspace": "a", "name": "sneaky"}}
+        resp = world.api(who).post("/runs/batch", json={"runs": [item, item]})
+        assert resp.status_code == code, (who, resp.text)
     assert not [r for r in _ok(world.api("admin").get("/runs"))["runs"] if r["name"] == "sneaky"]
+    status_report = {"attempt_dir": "/x", "status": {}}
+    for who in everyone:  # only supervisors (the local token) report attempt status
+        resp = world.api(who).post("/internal/attempt-status", json=status_report)
+        assert resp.status_code == 404, who
 
     # Platform administration and secrets: a non-admin is told they do not exist.
     admin_reads = ["/admin/workspaces", "/admin/users", "/admin/tokens", "/admin/audit", "/secrets"]

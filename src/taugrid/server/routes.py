@@ -284,7 +284,10 @@ def get_artifact(ref: str, path: str, request: Request) -> FileResponse:
 @router.post("/internal/attempt-status", status_code=204)
 def attempt_status(report: AttemptStatusReport, request: Request) -> Response:
     """Supervisors push here the moment a process starts or ends; the files stay the
-    truth, this only saves the engine a polling interval."""
+    truth, this only saves the engine a polling interval. Supervisors hold the local
+    token; nobody else has any business here."""
+    if _caller(request).auth != "local":
+        raise NotFound("not found")
     _svc(request).engine.wake(reschedule=False)
     return Response(status_code=204)
 
