@@ -32,6 +32,13 @@ def main(argv: list[str] | None = None) -> int:
         help="Keep finished runs' files this long, e.g. 30d, or 'never' (default TAU_RETENTION "
         "or 30d)",
     )
+    ap.add_argument("--oidc-issuer", default=None, help="OIDC provider (default TAU_OIDC_ISSUER)")
+    ap.add_argument("--oidc-client-id", default=None)
+    ap.add_argument(
+        "--oidc-client-secret-file", type=Path, default=None, help="File holding the secret"
+    )
+    ap.add_argument("--oidc-user-claim", default=None, help="Claim naming the user (email)")
+    ap.add_argument("--oidc-groups-claim", default=None, help="Claim listing groups (groups)")
     args = ap.parse_args(argv)
     if not args.shared and args.host not in ("127.0.0.1", "localhost", "::1"):
         print(
@@ -62,12 +69,32 @@ def main(argv: list[str] | None = None) -> int:
         print(f"another tau server already runs for {home}", file=sys.stderr)
         return 3
     settings = ServerSettings.from_env(
-        home, host=args.host, port=args.port, gpus=args.gpus, db_url=args.database_url
+        home,
+        host=args.host,
+        port=args.port,
+        gpus=args.gpus,
+        db_url=args.database_url,
+        oidc_issuer=args.oidc_issuer,
+        oidc_client_id=args.oidc_client_id,
+        oidc_client_secret_file=args.oidc_client_secret_file,
+        oidc_user_claim=args.oidc_user_claim,
+        oidc_groups_claim=args.oidc_groups_claim,
     )
     if args.shared:
         settings = dataclasses.replace(settings, shared=True)
     if args.retention:
         settings = dataclasses.replace(settings, retention_s=parse_retention(args.retention))
+    if settings.oidc_issuer:
+        from taugrid.errors import UsageError
+        from taugrid.server.oidc import config_from
+
+        try:
+            if not settings.shared:
+                raise UsageError("OIDC login needs a shared server (--shared)")
+            config_from(settings)
+        except UsageError as exc:
+            print(exc.message, file=sys.stderr)
+            return 2
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((settings.host, settings.port))

@@ -21,6 +21,8 @@ from taugrid.home import server_info_path, token_path
 from taugrid.server.access_routes import router as access_router
 from taugrid.server.auth import Authenticator, ensure_token
 from taugrid.server.engine import RunEngine
+from taugrid.server.oidc import SESSION_COOKIE, oidc_login
+from taugrid.server.oidc_routes import router as oidc_router
 from taugrid.server.queueing import Machine, Queueing
 from taugrid.server.routes import require_admin, router
 from taugrid.server.schemas import Health
@@ -68,6 +70,7 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
         app.state.token = token
         app.state.identity = identity
         app.state.auth = Authenticator(token, identity)
+        app.state.oidc = oidc_login(settings, identity)  # None: OIDC routes answer 404
         app.state.secrets = secrets
         app.state.service = RunService(
             store, executor, engine, queueing, settings.snapshots_dir, secrets
@@ -108,6 +111,7 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
     app.include_router(router, dependencies=[Depends(require_token)])
     app.include_router(access_router, dependencies=[Depends(require_token)])
     app.include_router(secret_router, dependencies=[Depends(require_token), Depends(_admin_only)])
+    app.include_router(oidc_router)  # login: no token yet
     return app
 
 
@@ -115,7 +119,10 @@ def require_token(request: Request) -> None:
     """Who calls: request.state.caller for the routes; 401 (or 429) otherwise."""
     source = request.client.host if request.client else "unknown"
     auth: Authenticator = request.app.state.auth
-    request.state.caller = auth.caller(request.headers.get("authorization"), source)
+    header = request.headers.get("authorization")
+    if header is None and SESSION_COOKIE in request.cookies:  # the portal's OIDC session
+        header = f"Bearer {request.cookies[SESSION_COOKIE]}"
+    request.state.caller = auth.caller(header, source)
 
 
 def _admin_only(request: Request) -> None:

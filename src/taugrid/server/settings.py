@@ -11,6 +11,13 @@ from taugrid.spec import parse_duration
 from taugrid.store.db import default_sqlite_url
 
 DEFAULT_RETENTION_S = 30 * 86400.0
+OIDC_ENV = {
+    "oidc_issuer": "TAU_OIDC_ISSUER",
+    "oidc_client_id": "TAU_OIDC_CLIENT_ID",
+    "oidc_client_secret_file": "TAU_OIDC_CLIENT_SECRET_FILE",
+    "oidc_user_claim": "TAU_OIDC_USER_CLAIM",
+    "oidc_groups_claim": "TAU_OIDC_GROUPS_CLAIM",
+}
 
 
 @dataclass(frozen=True)
@@ -25,6 +32,12 @@ class ServerSettings:
     # Logs, outputs and checkpoints of finished runs are removed after this long (records
     # stay); None keeps them for ever.
     retention_s: float | None = DEFAULT_RETENTION_S
+    # OIDC login (docs/access.md); None: off. The client secret is read from a file.
+    oidc_issuer: str | None = None
+    oidc_client_id: str | None = None
+    oidc_client_secret_file: Path | None = None
+    oidc_user_claim: str = "email"
+    oidc_groups_claim: str = "groups"
 
     @property
     def runs_dir(self) -> Path:
@@ -44,6 +57,11 @@ class ServerSettings:
         }
         if os.environ.get("TAU_RETENTION"):
             values["retention_s"] = parse_retention(os.environ["TAU_RETENTION"])
+        for key, var in OIDC_ENV.items():
+            if os.environ.get(var):
+                values[key] = os.environ[var]
+        if "oidc_client_secret_file" in values:
+            values["oidc_client_secret_file"] = Path(str(values["oidc_client_secret_file"]))
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]
 

@@ -97,6 +97,23 @@ class IdentityStore:
             raise NotFound(f"no user '{name}'")
         return self.user(name)
 
+    def sync_grants(self, name: str, *, admin: bool, roles: Mapping[str, str]) -> Row:
+        """Replace the user's admin flag and every membership at once (OIDC group sync);
+        workspaces that do not exist are skipped."""
+        bad = sorted(r for r in roles.values() if r not in {x.value for x in Role})
+        if bad:
+            raise UsageError(f"unknown role '{bad[0]}'; roles: {', '.join(r.value for r in Role)}")
+        with write_transaction(self.engine) as conn:
+            res = conn.execute(update(users).where(users.c.name == name).values(admin=admin))
+            if res.rowcount != 1:
+                raise NotFound(f"no user '{name}'")
+            known = {w for (w,) in conn.execute(select(workspaces.c.name))}
+            conn.execute(delete(memberships).where(memberships.c.user == name))
+            for ws, role in sorted(roles.items()):
+                if ws in known:
+                    conn.execute(insert(memberships), {"workspace": ws, "user": name, "role": role})
+        return self.user(name)
+
     # -- tokens ---------------------------------------------------------------------------
     def create_token(
         self, user: str, *, name: str | None = None, expires_in_s: float | None = None

@@ -9,12 +9,15 @@ token is never an argument: command lines are visible to every user (ps).
   tau login https://gpu-box.lab:8443           prompts for the token
   printf %s "$TOKEN" | tau login https://gpu-box.lab:8443 --token-stdin
   tau login URL --token-env LAB_TOKEN --name lab --workspace vision
+  tau login URL --oidc                         signs in through a browser (OIDC)
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+import time
 import urllib.parse
 from typing import Any
 
@@ -22,7 +25,7 @@ import click
 
 from taugrid.cli import contexts
 from taugrid.cli.client import Client
-from taugrid.errors import AuthError, NotFound, TauError, UsageError
+from taugrid.errors import AuthError, NotFound, ServerUnreachable, TauError, UsageError
 
 NO_TOKEN_ARGUMENT = (
     "tau login takes no token argument: command lines are visible to every user (ps). "
@@ -40,6 +43,9 @@ NO_TOKEN_ARGUMENT = (
 @click.option("--token-stdin", is_flag=True, help="Read the token from stdin.")
 @click.option("--token-env", metavar="VAR", help="Take the token from this environment variable.")
 @click.option(
+    "--oidc", is_flag=True, help="Sign in in a browser through the server's OIDC provider."
+)
+@click.option(
     "--name", metavar="NAME", help="Name of the context (default: the server's host name)."
 )
 @click.option(
@@ -51,6 +57,7 @@ def command(
     url: str,
     token_stdin: bool,
     token_env: str | None,
+    oidc: bool,
     name: str | None,
     workspace: str | None,
 ) -> None:
@@ -62,8 +69,9 @@ def command(
     if workspace is None and existing is not None and existing.server == server:
         workspace = existing.workspace  # logging in again keeps the default workspace
     warn_if_cleartext(server)
-    # Where another way to obtain a token (OIDC device code) will plug in.
-    token = read_token(server, token_stdin, token_env)
+    if oidc and (token_stdin or token_env is not None):
+        raise UsageError("--oidc excludes --token-stdin and --token-env")
+    token = oidc_token(server) if oidc else read_token(server, token_stdin, token_env)
     identity = whoami(server, token)
     _check_workspace(identity, workspace)
     contexts.save_context(contexts.Context(name, server, token, workspace))
@@ -109,6 +117,68 @@ def read_token(server: str, from_stdin: bool, from_env: str | None) -> str:
     if not token:
         raise UsageError("no token: it is empty")
     return contexts.check_token(token)
+
+
+def oidc_token(server: str) -> str:
+    """An API token through the server's device flow (RFC 8628): print where to sign in,
+    then poll until the browser sign-in is done, refused or expired (Ctrl-C aborts)."""
+    client = Client(server, None, timeout=15.0)
+    try:
+        start = client.call("POST", "/auth/device")
+    except NotFound as exc:
+        raise UsageError(f"{server} offers no OIDC login: {exc.message}") from exc
+    if not isinstance(start, dict) or not isinstance(start.get("device_code"), str):
+        raise TauError(f"{server} answered /api/v1/auth/device with something else")
+    click.echo(
+        f"Open {start['verification_uri_complete']} and sign in (code {start['user_code']})",
+        err=True,
+    )
+    interval = max(1.0, float(start.get("interval") or 5))
+    deadline = time.monotonic() + float(start.get("expires_in") or 600)
+    body = json.dumps({"device_code": start["device_code"]}).encode()
+    while True:
+        status, answer = _post(client, "/api/v1/auth/device/token", body)
+        if status == 200 and isinstance(answer.get("token"), str):
+            return contexts.check_token(answer["token"])
+        raw = answer.get("error")
+        err: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        code, message = err.get("code"), err.get("message") or f"HTTP {status}"
+        if code == "slow_down":
+            interval += 1
+        elif code != "authorization_pending":
+            raise AuthError(f"OIDC login failed: {code or 'error'}: {message}")
+        if time.monotonic() + interval > deadline:
+            raise AuthError("OIDC login failed: the code expired; run tau login again")
+        time.sleep(interval)
+
+
+def _post(client: Client, path: str, body: bytes) -> tuple[int, dict[str, Any]]:
+    """POST JSON and return the status with the JSON body, errors included (their
+    ``code`` matters here, and the client maps unknown codes to a generic error)."""
+    from taugrid.cli import wire
+
+    try:
+        resp = wire.request(
+            client.host,
+            client.port,
+            "POST",
+            path,
+            headers={"Accept": "application/json", "Content-Type": "application/json"},
+            body=body,
+            timeout=client.timeout,
+            https=client.https,
+        )
+        try:
+            data = resp.read()
+        finally:
+            resp.close()
+    except OSError as exc:
+        raise ServerUnreachable(f"cannot reach the tau server at {client.base_url}: {exc}") from exc
+    try:
+        answer = json.loads(data) if data else {}
+    except ValueError:
+        answer = {}
+    return resp.status, answer if isinstance(answer, dict) else {}
 
 
 def whoami(server: str, token: str | None) -> dict[str, Any]:

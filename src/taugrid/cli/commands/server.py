@@ -36,6 +36,15 @@ def command() -> None:
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address (--shared only).")
 @click.option("--port", type=click.IntRange(0, 65535), default=0, help="Port (default: random).")
+@click.option("--oidc-issuer", metavar="URL", help="Log in through this OIDC provider (--shared).")
+@click.option("--oidc-client-id", metavar="ID", help="The OIDC client id.")
+@click.option(
+    "--oidc-client-secret-file",
+    type=click.Path(exists=True, dir_okay=False),
+    help="File holding the OIDC client secret (never on the command line).",
+)
+@click.option("--oidc-user-claim", metavar="CLAIM", help="Claim naming the user (default email).")
+@click.option("--oidc-groups-claim", metavar="CLAIM", help="Claim listing groups (default groups).")
 def start(
     gpus: int | None,
     database_url: str | None,
@@ -43,6 +52,11 @@ def start(
     shared: bool,
     host: str,
     port: int,
+    oidc_issuer: str | None,
+    oidc_client_id: str | None,
+    oidc_client_secret_file: str | None,
+    oidc_user_claim: str | None,
+    oidc_groups_claim: str | None,
 ) -> None:
     home = tau_home()
     info = running_server(home)
@@ -62,6 +76,17 @@ def start(
         args += ["--shared", "--host", host, "--port", str(port)]
     elif port:
         args += ["--port", str(port)]
+    if oidc_client_secret_file:
+        oidc_client_secret_file = os.path.abspath(oidc_client_secret_file)
+    for flag, value in (
+        ("--oidc-issuer", oidc_issuer),
+        ("--oidc-client-id", oidc_client_id),
+        ("--oidc-client-secret-file", oidc_client_secret_file),
+        ("--oidc-user-claim", oidc_user_claim),
+        ("--oidc-groups-claim", oidc_groups_claim),
+    ):
+        if value:
+            args += [flag, value]
     bootstrap = home / "admin-token"
     existed = bootstrap.exists()
     info = start_server(home, args)
