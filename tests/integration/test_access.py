@@ -316,3 +316,23 @@ def test_context_login_and_default_workspace(world: World) -> None:
     tau("--context", "lab", "cancel", run["id"], check=True)
     bad = tau("login", url, "--token-stdin", "--name", "bad", input_text="tau_nope_nope")
     assert bad.returncode == 4
+
+
+def test_workspace_option_scopes_run_lookups(world: World) -> None:
+    _setup(world)
+    tau = world.tau
+    ids = {}
+    for ws in ("a", "b"):
+        run = tau.json(
+            "run", "--workspace", ws, "--queue", "main", "--name", "twin", "--", "sleep", "30"
+        )["run"]
+        ids[ws] = run["id"]
+    assert tau.json("status", "twin")["id"] == ids["b"]  # the latest, any workspace
+    assert tau.json("status", "twin", "--workspace", "a")["id"] == ids["a"]
+    listed = tau.json("status", "--workspace", "a")["runs"]
+    assert {r["workspace"] for r in listed} == {"a"}
+    assert tau("status", ids["b"], "--workspace", "a").returncode == 5
+    out = tau.json("cancel", "twin", "--workspace", "a")
+    assert [r["id"] for r in out["runs"]] == [ids["a"]]
+    assert tau.json("status", ids["b"])["state"] != "CANCELLED"
+    tau("cancel", ids["b"], check=True)

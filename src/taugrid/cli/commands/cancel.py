@@ -10,6 +10,7 @@ import click
 
 from taugrid.cli.connect import connect
 from taugrid.cli.output import emit_json, output_option
+from taugrid.cli.refs import in_workspace, workspace_option
 from taugrid.cli.watch import TERMINAL, wait_for
 from taugrid.errors import ERRORS_BY_CODE, TauError
 
@@ -18,6 +19,7 @@ MAX_PER_REQUEST = 1000
 
 @click.command(name="cancel", help=__doc__)
 @click.argument("runs", nargs=-1, required=True)
+@workspace_option
 @click.option("--no-wait", is_flag=True, help="Return once the cancel is recorded.")
 @click.option(
     "--timeout",
@@ -29,10 +31,15 @@ MAX_PER_REQUEST = 1000
 @output_option
 @click.pass_context
 def command(
-    ctx: click.Context, runs: tuple[str, ...], no_wait: bool, timeout: float, output: str
+    ctx: click.Context,
+    runs: tuple[str, ...],
+    workspace: str | None,
+    no_wait: bool,
+    timeout: float,
+    output: str,
 ) -> None:
     client = connect()
-    refs = list(dict.fromkeys(runs))
+    refs = list(dict.fromkeys(in_workspace(client, r, workspace) for r in runs))
     answers = []
     for i in range(0, len(refs), MAX_PER_REQUEST):
         answers.extend(client.cancel_many(refs[i : i + MAX_PER_REQUEST]))

@@ -12,16 +12,19 @@ import click
 
 from taugrid.cli.connect import connect
 from taugrid.cli.output import emit_json, output_option
+from taugrid.cli.refs import in_workspace, workspace_option
 
 
 @click.command(name="diff", help=__doc__)
 @click.argument("run_a")
 @click.argument("run_b")
+@workspace_option
 @output_option
-def command(run_a: str, run_b: str, output: str) -> None:
+def command(run_a: str, run_b: str, workspace: str | None, output: str) -> None:
     from taugrid.cli.diffing import diff_runs, render
 
     client = connect()
+    run_a, run_b = (in_workspace(client, r, workspace) for r in (run_a, run_b))
     result = diff_runs(client.get_run(run_a), client.get_run(run_b))
     if output == "json":
         emit_json(result)

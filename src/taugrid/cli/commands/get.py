@@ -20,6 +20,7 @@ import click
 from taugrid.cli.client import Client
 from taugrid.cli.connect import connect
 from taugrid.cli.output import emit_json, output_option
+from taugrid.cli.refs import in_workspace, workspace_option
 from taugrid.errors import Conflict, NotFound, TauError, UsageError
 
 MANIFEST = "tau-checkpoint.json"  # the SDK's name for it, inside each checkpoint
@@ -27,6 +28,7 @@ MANIFEST = "tau-checkpoint.json"  # the SDK's name for it, inside each checkpoin
 
 @click.command(name="get", help=__doc__)
 @click.argument("run")
+@workspace_option
 @click.option(
     "-d",
     "--dir",
@@ -44,8 +46,16 @@ MANIFEST = "tau-checkpoint.json"  # the SDK's name for it, inside each checkpoin
 )
 @click.option("--force", is_flag=True, help="With --checkpoint: take one that did not verify.")
 @output_option
-def command(run: str, dest: Path | None, checkpoint: str | None, force: bool, output: str) -> None:
+def command(
+    run: str,
+    workspace: str | None,
+    dest: Path | None,
+    checkpoint: str | None,
+    force: bool,
+    output: str,
+) -> None:
     client = connect()
+    run = in_workspace(client, run, workspace)
     if checkpoint is not None:
         get_checkpoint(client, run, _step(checkpoint), dest, force, output)
         return

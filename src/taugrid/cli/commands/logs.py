@@ -15,19 +15,27 @@ import click
 
 from taugrid.cli.client import Client
 from taugrid.cli.connect import connect
+from taugrid.cli.refs import in_workspace, workspace_option
 from taugrid.cli.watch import TERMINAL
 
 
 @click.command(name="logs", help=__doc__)
 @click.argument("run")
+@workspace_option
 @click.option("-f", "--follow", is_flag=True, help="Keep streaming until the run ends.")
 @click.option("--tail", type=click.IntRange(min=0), help="Start with the last N lines.")
 @click.option("--attempt", type=click.IntRange(min=0), help="Only this attempt (0-based).")
 @click.option("--all", "all_attempts", is_flag=True, help="Every attempt, oldest first.")
 def command(
-    run: str, follow: bool, tail: int | None, attempt: int | None, all_attempts: bool
+    run: str,
+    workspace: str | None,
+    follow: bool,
+    tail: int | None,
+    attempt: int | None,
+    all_attempts: bool,
 ) -> None:
     client = connect()
+    run = in_workspace(client, run, workspace)
     if attempt is not None or not (all_attempts or follow):
         _stream(client, run, attempt, tail, follow)
         return

@@ -20,6 +20,7 @@ import click
 
 from taugrid.cli.connect import connect
 from taugrid.cli.output import clock, emit_json, output_option, table
+from taugrid.cli.refs import in_workspace, workspace_option
 from taugrid.errors import UsageError
 
 
@@ -88,16 +89,23 @@ def to_table(series: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> str:
 
 @click.command(name="metrics", help=__doc__)
 @click.argument("run")
+@workspace_option
 @click.option("--attempt", type=click.IntRange(min=0), help="Only this attempt (default: all).")
 @click.option("--key", "keys", multiple=True, metavar="NAME", help="Only this metric; repeatable.")
 @click.option("--csv", "as_csv", is_flag=True, help="CSV on stdout, with a header row.")
 @output_option
 def command(
-    run: str, attempt: int | None, keys: tuple[str, ...], as_csv: bool, output: str
+    run: str,
+    workspace: str | None,
+    attempt: int | None,
+    keys: tuple[str, ...],
+    as_csv: bool,
+    output: str,
 ) -> None:
     if as_csv and output == "json":
         raise UsageError("--csv and -o json are two outputs; give one")
-    data = connect().metrics(run, attempt)
+    client = connect()
+    data = client.metrics(in_workspace(client, run, workspace), attempt)
     series = data["series"]
     available = metric_keys(series)
     if keys:

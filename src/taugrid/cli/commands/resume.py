@@ -13,18 +13,23 @@ import click
 
 from taugrid.cli.connect import connect
 from taugrid.cli.output import emit_json, output_option
+from taugrid.cli.refs import in_workspace, workspace_option
 from taugrid.cli.runflags import RunFlags, watch
 from taugrid.cli.watch import exit_code_of
 
 
 @click.command(name="resume", help=__doc__)
 @click.argument("run")
+@workspace_option
 @click.option("--wait", is_flag=True, help="Block until the run ends; exit with its exit code.")
 @click.option("-f", "--follow", is_flag=True, help="Stream the run's logs until it ends.")
 @output_option
 @click.pass_context
-def command(ctx: click.Context, run: str, wait: bool, follow: bool, output: str) -> None:
+def command(
+    ctx: click.Context, run: str, workspace: str | None, wait: bool, follow: bool, output: str
+) -> None:
     client = connect()
+    run = in_workspace(client, run, workspace)
     resumed = client.resume(run)  # Conflict (exit 7) unless the run has ended
     flags = RunFlags(wait=wait, follow=follow, output=output)
     if output == "json" and not flags.watching:

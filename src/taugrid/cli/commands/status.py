@@ -19,6 +19,7 @@ from taugrid.cli.output import (
     output_option,
     table,
 )
+from taugrid.cli.refs import in_workspace
 
 RECENT = 20
 Column = tuple[str, Callable[[dict[str, Any]], str]]
@@ -100,12 +101,12 @@ def describe(run: dict[str, Any]) -> str:
 
 @click.command(name="status", help=__doc__)
 @click.argument("run", required=False)
-@click.option("--workspace", help="Only runs of this workspace (the list of recent runs).")
+@click.option("--workspace", help="Only runs of this workspace (the list, or RUN's lookup).")
 @output_option
 def command(run: str | None, workspace: str | None, output: str) -> None:
     client = connect()
     if run:
-        data = client.get_run(run)
+        data = client.get_run(in_workspace(client, run, workspace))
         if output == "json":
             emit_json(data)
         else:
