@@ -336,3 +336,50 @@ def test_workspace_option_scopes_run_lookups(world: World) -> None:
     assert [r["id"] for r in out["runs"]] == [ids["a"]]
     assert tau.json("status", ids["b"])["state"] != "CANCELLED"
     tau("cancel", ids["b"], check=True)
+
+
+def test_per_user_limits_apply_to_the_authenticated_user(world: World) -> None:
+    ctx = _setup(world)
+    admin = world.api("admin")
+    limited = POLICY.replace(
+        "    local_queues: [{name: main, cluster_queue: shared}]\n  - name: b",
+        "    local_queues: [{name: main, cluster_queue: shared}]\n"
+        "    user_limits: {max_running_runs: 1}\n  - name: b",
+    )
+    assert "user_limits" in limited
+    _ok(admin.put("/admin/policy", json={"source": "policy.yaml", "text": limited}))
+    body = ctx["body"]
+    first = ctx["runs"]["res"]["id"]  # res already runs one in workspace a
+    world.tau.wait_state(first, {"RUNNING"})
+
+    def submit(who: str) -> str:
+        b = {**body, "resolved": {**body["resolved"], "workspace": "a", "name": who + "-x"}}
+        headers = {"Idempotency-Key": str(uuid.uuid4())}
+        return str(_ok(world.api(who).post("/runs", json=b, headers=headers))["run"]["id"])
+
+    second = submit("res")
+    deadline = time.monotonic() + 20
+    while True:
+        run = _ok(admin.get(f"/runs/{second}"))
+        if run["pending"] is not None or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert run["state"] == "QUEUED" and run["pending"]["reason"] == "UserLimit", run
+    assert "res" in run["pending"]["message"]
+    # Another user of the same workspace is not held back by res's limit.
+    other = submit("maint")
+    world.tau.wait_state(other, {"RUNNING"})
+    _ok(
+        admin.post(
+            "/runs/cancel",
+            json={
+                "runs": [
+                    first,
+                    second,
+                    other,
+                    ctx["runs"]["res2"]["id"],
+                    ctx["runs"]["outsider"]["id"],
+                ]
+            },
+        )
+    )
