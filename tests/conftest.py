@@ -7,17 +7,11 @@ import os
 
 import pytest
 
+from servicecheck import require_service
+
 POSTGRES_URL = os.environ.get(
     "TAU_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
-
-
-def require_service(available: bool, why: str) -> None:
-    if available:
-        return
-    if os.environ.get("TAU_REQUIRE_SERVICES") == "1":
-        pytest.fail(f"required service missing in CI: {why}")
-    pytest.skip(why)
 
 
 @pytest.fixture

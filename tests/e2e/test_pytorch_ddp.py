@@ -8,7 +8,6 @@ workload (own session, the environment of ``domain.workload_env`` plus the launc
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import os
 import re
@@ -25,6 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
+from servicecheck import require_module
 from taugrid.domain.workload_env import WorkloadContext, submitter_env, workload_env
 from taugrid.executors.local.launch import free_port, launch_command
 from taugrid.sdk import checkpoint as sdk_checkpoint
@@ -36,12 +36,7 @@ RUN_TIMEOUT_S = 60  # per process; about 10 s on an idle 2-core machine
 
 @pytest.fixture(scope="module", autouse=True)
 def _needs_torch() -> None:
-    if importlib.util.find_spec("torch") is not None:
-        return
-    why = "torch is not installed (pip install -e '.[torch]'; `make test` does)"
-    if os.environ.get("TAU_REQUIRE_SERVICES") == "1":
-        pytest.fail(f"required in CI: {why}")
-    pytest.skip(why)
+    require_module("torch", "torch is not installed (pip install -e '.[torch]'; `make test` does)")
 
 
 @dataclass

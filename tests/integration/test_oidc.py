@@ -3,8 +3,6 @@ session cookie, and the refusals (state mismatch, unknown device code, OIDC off)
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import re
 import socket
 import subprocess
@@ -18,16 +16,9 @@ import httpx
 import pytest
 from tauproc import TAU, Tau
 
+from servicecheck import require_module, require_service
+
 ALICE = {"email": "alice@example.org", "groups": ["tau:a:researcher", "tau:nowhere:admin"]}
-
-
-def require_service(available: bool, why: str) -> None:
-    """As tests/conftest.py: skip, or fail where TAU_REQUIRE_SERVICES=1 (CI)."""
-    if available:
-        return
-    if os.environ.get("TAU_REQUIRE_SERVICES") == "1":
-        pytest.fail(f"required service missing in CI: {why}")
-    pytest.skip(why)
 
 
 def _free_port() -> int:
@@ -40,9 +31,8 @@ def _free_port() -> int:
 @pytest.fixture
 def issuer() -> Iterator[str]:
     """The mock provider in a subprocess on a free loopback port."""
-    require_service(
-        importlib.util.find_spec("oidc_provider_mock") is not None,
-        "oidc-provider-mock is not installed (pip install -e '.[dev]')",
+    require_module(
+        "oidc_provider_mock", "oidc-provider-mock is not installed (pip install -e '.[dev]')"
     )
     port = _free_port()
     proc = subprocess.Popen(

@@ -13,18 +13,18 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import importlib.util
 import os
 import random
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from servicecheck import require_service
 from taugrid.sdk import checkpoint as ck
 
 PART = 1536 * 1024  # two parts per checkpoint: 3 MiB
@@ -121,20 +121,8 @@ def test_kill_9_at_random_moments(tmp_path: Path) -> None:
 
 
 # -- disk full -----------------------------------------------------------------------------------
-def _require_service() -> Callable[[bool, str], None]:
-    """tests/conftest.py's helper: skip, or fail when TAU_REQUIRE_SERVICES=1 (CI)."""
-    path = Path(__file__).resolve().parents[1] / "conftest.py"
-    spec = importlib.util.spec_from_file_location("_tau_tests_root_conftest", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    helper: Callable[[bool, str], None] = module.require_service
-    return helper
-
-
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    require_service = _require_service()
     mnt = tmp_path / "small"
     mnt.mkdir()
     if os.geteuid() != 0:

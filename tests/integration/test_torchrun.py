@@ -4,7 +4,6 @@ next attempt resumes from the last checkpoint."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -15,6 +14,8 @@ from pathlib import Path
 
 import pytest
 from tauproc import Tau
+
+from servicecheck import require_module
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pytorch-ddp-resume"
 
@@ -36,11 +37,7 @@ def _workers_of(attempt_dir: Path) -> list[int]:
 
 @pytest.mark.timeout(240)
 def test_torchrun_gang_restarts_from_its_checkpoint(tau: Tau) -> None:
-    if importlib.util.find_spec("torch") is None:
-        why = "torch is not installed (make test installs the torch extra)"
-        if os.environ.get("TAU_REQUIRE_SERVICES") == "1":
-            pytest.fail(f"required in CI: {why}")
-        pytest.skip(why)
+    require_module("torch", "torch is not installed (make test installs the torch extra)")
     proj = tau.cwd / "ddp"
     shutil.copytree(EXAMPLE, proj)
     command = f"{sys.executable} train.py --steps 40 --ckpt-every 5"

@@ -246,21 +246,15 @@ def _save_items(
 ) -> Checkpoint:
     """Write and commit checkpoint ``step`` (in the fork child, or the copy-mode thread)."""
     tmp = _writer.new_tmp_dir(root, step)
-    in_user_code = False
-    try:
-        if items is not None:
+    if items is not None:
+        with _writer.discarded_on_error(tmp, step, root, user_code=False):
             _writer.write_files(tmp, [(rel, flat(d)) for rel, d in items])
-        else:
-            assert writer is not None
-            in_user_code = True
+    else:
+        assert writer is not None
+        with _writer.discarded_on_error(tmp, step, root, user_code=True):
             writer(tmp)
-            in_user_code = False
+    with _writer.discarded_on_error(tmp, step, root, user_code=False):
         ckpt = _writer.commit(tmp, step, root)
-    except BaseException as exc:
-        err = _writer.fail(tmp, exc, step, root, user_code=in_user_code)
-        if err is exc:
-            raise
-        raise err from exc
     _writer.housekeeping(root, step)
     return ckpt
 
@@ -343,13 +337,8 @@ def _start_copy(
     else:
         assert writer is not None
         tmp = _writer.new_tmp_dir(job.root, job.step)
-        try:
+        with _writer.discarded_on_error(tmp, job.step, job.root, user_code=True):
             writer(tmp)
-        except BaseException as exc:
-            err = _writer.fail(tmp, exc, job.step, job.root, user_code=True)
-            if err is exc:
-                raise
-            raise err from exc
 
         def run() -> None:
             result: Checkpoint | None = None

@@ -23,7 +23,7 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from taugrid.sdk._store import (
@@ -217,6 +217,18 @@ def fail(tmp: Path, exc: BaseException, step: int, root: Path, *, user_code: boo
     err = write_error(exc, step, root, size)
     err.__cause__ = exc
     return err
+
+
+@contextlib.contextmanager
+def discarded_on_error(tmp: Path, step: int, root: Path, *, user_code: bool) -> Iterator[None]:
+    """Run the body; on any exception discard ``tmp`` and raise what :func:`fail` says."""
+    try:
+        yield
+    except BaseException as exc:
+        err = fail(tmp, exc, step, root, user_code=user_code)
+        if err is exc:
+            raise
+        raise err from exc
 
 
 def tree_size(tmp: Path) -> int:

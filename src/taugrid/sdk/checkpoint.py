@@ -90,21 +90,11 @@ def saving(step: int, *, root: str | os.PathLike[str] | None = None) -> Iterator
     step = check_step(step)
     root_p = resolve_root(root)
     tmp = _writer.new_tmp_dir(root_p, step)
-    try:
+    with _writer.discarded_on_error(tmp, step, root_p, user_code=True):
         yield tmp
-    except BaseException as exc:
-        err = _writer.fail(tmp, exc, step, root_p, user_code=True)
-        if err is exc:
-            raise
-        raise err from exc
     with _writer.slot:
-        try:
+        with _writer.discarded_on_error(tmp, step, root_p, user_code=False):
             _writer.commit(tmp, step, root_p)
-        except BaseException as exc:
-            err = _writer.fail(tmp, exc, step, root_p, user_code=False)
-            if err is exc:
-                raise
-            raise err from exc
         _writer.housekeeping(root_p, step)
 
 

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from taugrid.home import tau_home
+from taugrid.net import is_loopback_host
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--oidc-user-claim", default=None, help="Claim naming the user (email)")
     ap.add_argument("--oidc-groups-claim", default=None, help="Claim listing groups (groups)")
     args = ap.parse_args(argv)
-    if not args.shared and args.host not in ("127.0.0.1", "localhost", "::1"):
+    if not args.shared and not is_loopback_host(args.host):
         print(
             f"a local server binds to loopback only; --host {args.host} needs --shared",
             file=sys.stderr,

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import ipaddress
 import json
 import secrets
 import threading
@@ -30,6 +29,7 @@ from typing import Any
 
 from taugrid.domain.access import ROLES
 from taugrid.errors import Forbidden, NotFound, TauError, UsageError
+from taugrid.net import is_loopback_host
 from taugrid.server.settings import ServerSettings
 from taugrid.store.identity import IdentityStore, NewToken
 
@@ -71,15 +71,6 @@ class OIDCConfig:
     client_secret: str | None = None
     user_claim: str = "email"
     groups_claim: str = "groups"
-
-
-def is_loopback_host(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def check_url(url: str, what: str = "--oidc-issuer") -> str:

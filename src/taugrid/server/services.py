@@ -214,20 +214,20 @@ class RunService:
         """
         ids: dict[str, str] = {}
         out: dict[str, Row | TauError] = {}
-        exact = self.store.existing_ids(refs)  # the usual case, in one query
+        admin = self.caller.platform_admin
+        # An admin may cancel any run: full ids, the usual case, are found in one query.
+        exact = self.store.existing_ids(refs) if admin else set()
         for ref in refs:
+            if ref in exact:
+                ids[ref] = ref
+                continue
             try:
-                ids[ref] = ref if ref in exact else self._resolve(ref)["id"]
+                run = self._resolve(ref)  # only the caller's workspaces
+                if not admin:
+                    self._check_change(run, "cancel")
+                ids[ref] = run["id"]
             except TauError as exc:
                 out[ref] = exc
-        allowed: dict[str, str] = {} if not self.caller.platform_admin else dict(ids)
-        for ref, rid in ids.items() if not self.caller.platform_admin else ():
-            try:
-                self._check_change(self._resolve(rid), "cancel")
-                allowed[ref] = rid
-            except TauError as exc:
-                out[ref] = exc
-        ids = allowed
         by_id = self.store.cancel_many(list(dict.fromkeys(ids.values())))
         for ref, rid in ids.items():
             out[ref] = by_id[rid]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import http.server
 import json
-import os
 import sys
 import threading
 import time
@@ -13,18 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_exec_supervisor import ENV, run  # same directory: the supervisor tests' launcher
 
-from taugrid.executors.local.files import write_json_atomic
-from taugrid.executors.local.process import (
-    pid_alive,
-    read_status,
-    reap_supervisors,
-    start_supervisor,
-)
 from taugrid.executors.local.secrets import LocalSecretStore, secret_files
 
 VALUE = "hf_9ZxQ-very-secret-value\n"  # a trailing newline must survive too
-ENV = {"PATH": os.environ.get("PATH", os.defpath), "LC_ALL": "C"}
 # Prints a hash of the secret (never the secret) and whether it has other env too.
 HASH_IT = [
     sys.executable,
@@ -36,39 +28,6 @@ HASH_IT = [
 
 def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def write_launch(tmp_path: Path, command: list[str] | str, **fields: Any) -> Path:
-    attempt = tmp_path / "attempt"
-    attempt.mkdir()
-    (tmp_path / "work").mkdir(exist_ok=True)
-    launch: dict[str, Any] = {
-        "command": command,
-        "setup": None,
-        "cwd": str(tmp_path / "work"),
-        "env": ENV,
-        "stop_grace_s": 0.5,
-        "timeout_s": None,
-        "outputs": [],
-        "output_dir": str(tmp_path / "outputs"),
-        "notify": None,
-    }
-    launch.update(fields)
-    write_json_atomic(attempt / "launch.json", launch)
-    return attempt
-
-
-def run(tmp_path: Path, command: list[str] | str, **fields: Any) -> tuple[dict[str, Any], Path]:
-    attempt = write_launch(tmp_path, command, **fields)
-    pid = start_supervisor(attempt)
-    end = time.monotonic() + 10
-    while (read_status(attempt) or {}).get("phase") != "exited" or pid_alive(pid):
-        assert time.monotonic() < end, "supervisor did not finish"
-        time.sleep(0.01)
-        reap_supervisors()
-    status = read_status(attempt)
-    assert status is not None
-    return status, attempt
 
 
 def files_holding(root: Path, needle: bytes) -> list[Path]:

@@ -2,28 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from sqlalchemy import Engine, select
 
 from taugrid.domain.access import Role
 from taugrid.errors import Conflict, NotFound, UsageError
-from taugrid.store import connect
 from taugrid.store.identity import IdentityStore, parse_token
 from taugrid.store.tables import tokens
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Engine:
-    url = (
-        f"sqlite:///{tmp_path / 'tau.db'}"
-        if request.param == "sqlite"
-        else request.getfixturevalue("postgres_url")
-    )
-    eng = connect(url)
-    request.addfinalizer(eng.dispose)
-    return eng
 
 
 class Clock:

@@ -21,18 +21,6 @@ S = RunState
 SUBMIT = [Transition(S.PENDING, Reason.SUBMITTED, "s"), Transition(S.QUEUED, Reason.QUEUED, "q")]
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Engine:
-    url = (
-        f"sqlite:///{tmp_path / 'tau.db'}"
-        if request.param == "sqlite"
-        else request.getfixturevalue("postgres_url")
-    )
-    eng = connect(url)
-    request.addfinalizer(eng.dispose)
-    return eng
-
-
 def row(run_id: str, key: str | None = None, name: str = "train") -> dict[str, Any]:
     return dict(
         id=run_id,

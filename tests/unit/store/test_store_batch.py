@@ -2,31 +2,17 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from sqlalchemy import Engine, func, select
 from test_store import SUBMIT, row  # same directory (pytest puts it on sys.path)
 
 from taugrid.domain.states import CancelAction, Reason, RunState, cancel_action
 from taugrid.errors import Conflict, NotFound
-from taugrid.store import RunStore, connect
+from taugrid.store import RunStore
 from taugrid.store.runs import Transition
 from taugrid.store.tables import events, runs
 
 S = RunState
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Engine:
-    url = (
-        f"sqlite:///{tmp_path / 'tau.db'}"
-        if request.param == "sqlite"
-        else request.getfixturevalue("postgres_url")
-    )
-    eng = connect(url)
-    request.addfinalizer(eng.dispose)
-    return eng
 
 
 def _counts(engine: Engine) -> tuple[int, int]:

@@ -26,6 +26,7 @@ import click
 from taugrid.cli import contexts
 from taugrid.cli.client import Client
 from taugrid.errors import AuthError, NotFound, ServerUnreachable, TauError, UsageError
+from taugrid.net import is_loopback_host
 
 NO_TOKEN_ARGUMENT = (
     "tau login takes no token argument: command lines are visible to every user (ps). "
@@ -198,23 +199,12 @@ def whoami(server: str, token: str | None) -> dict[str, Any]:
 
 def warn_if_cleartext(server: str) -> None:
     parts = urllib.parse.urlsplit(server)
-    if parts.scheme != "http" or _is_loopback(parts.hostname or ""):
+    if parts.scheme != "http" or is_loopback_host(parts.hostname or ""):
         return
     click.echo(
         f"warning: {server} is plain http: the token crosses the network unencrypted",
         err=True,
     )
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    import ipaddress
-
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _check_workspace(identity: dict[str, Any], workspace: str | None) -> None:

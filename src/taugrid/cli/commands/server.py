@@ -13,6 +13,7 @@ from taugrid.cli.connect import running_server, start_server
 from taugrid.cli.output import emit_json, output_option
 from taugrid.errors import ServerUnreachable, UsageError
 from taugrid.home import tau_home
+from taugrid.net import is_loopback_host
 
 
 @click.group(name="server", help=__doc__)
@@ -70,7 +71,7 @@ def start(
         args += ["--database-url", database_url]
     if retention:
         args += ["--retention", retention]
-    if host != "127.0.0.1" and not shared:
+    if not shared and not is_loopback_host(host):
         raise UsageError(f"a local server binds to loopback only; --host {host} needs --shared")
     if shared:
         args += ["--shared", "--host", host, "--port", str(port)]

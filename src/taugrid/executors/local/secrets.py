@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from taugrid.errors import NotFound, UsageError
+from taugrid.executors.local.files import fsync_dir
 from taugrid.home import tau_home
 
 MAX_REF_LEN = 253
@@ -183,7 +184,7 @@ class LocalSecretStore:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
             raise
-        _fsync_dir(root)
+        fsync_dir(root)
 
     def delete(self, ref: str) -> bool:
         """Remove ``ref``; False when it was not set."""
@@ -192,16 +193,8 @@ class LocalSecretStore:
             path.unlink()
         except FileNotFoundError:
             return False
-        _fsync_dir(self.root)
+        fsync_dir(self.root)
         return True
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def require_secrets(store: LocalSecretStore, spec_secrets: Mapping[str, str]) -> None:
