@@ -14,10 +14,12 @@ a run survives the server being killed. Contract (all inside ATTEMPT_DIR):
   ``status.json`` (phase "running", then "exited"), ``output.log`` (the workload's
   stdout and stderr interleaved), ``supervisor.log`` (this process's own diagnostics).
 
-Start-up time is on the submit-to-running path, so this module imports nothing from
-``taugrid`` and only cheap stdlib modules up front (http.client, shlex, shutil are imported
-when needed). That is why ``_write_json_atomic`` repeats ``files.write_json_atomic``, and
-why ``process.start_supervisor`` can run this file directly with ``python -I -S``.
+Start-up time is on the submit-to-running path, so this module and the ones it imports
+(``proctree``, ``launchfile``) use only cheap stdlib modules up front (http.client,
+shlex, shutil are imported when needed), never the rest of ``taugrid`` (an import-linter
+contract keeps it so). That is why ``_write_json_atomic`` repeats
+``files.write_json_atomic``, and why ``process.start_supervisor`` can run this file
+directly with ``python -I -S``: it then puts its own package root on ``sys.path``.
 """
 
 from __future__ import annotations
@@ -31,6 +33,11 @@ import subprocess
 import sys
 import time
 from typing import Any
+
+if not __package__:  # run as a file (python -I -S .../supervisor.py): find our own package
+    sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), *[".."] * 3)))
+
+from taugrid.executors.local import launchfile, proctree
 
 LAUNCH_FILE = "launch.json"
 STATUS_FILE = "status.json"
@@ -95,170 +102,6 @@ def _detach(attempt_dir: str) -> None:
         os.path.join(attempt_dir, SUPERVISOR_LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
     )
     _redirect(log, (1, 2))
-
-
-def _stat_fields(pid: str) -> list[str] | None:
-    """Fields of /proc/<pid>/stat after the command name (state first)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    return data[data.rfind(b")") + 2 :].decode("ascii", "replace").split()
-
-
-def _group_has_live_members(pgid: int) -> bool:
-    """Whether any non-zombie process is still in the process group ``pgid``."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    if not os.path.isdir("/proc/self"):
-        return True  # cannot tell zombies apart: callers fall back to their deadline
-    # killpg(0) also succeeds for zombies (our unreaped main process, orphans init has not
-    # reaped yet), so look at the state of each member.
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            fields = _stat_fields(name)
-            if fields and len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in "ZX":
-                return True
-    return False
-
-
-def _killpg(pgid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
-PR_SET_CHILD_SUBREAPER = 36
-
-
-def _become_subreaper() -> None:
-    """Orphans of the workload become our children instead of init's, so a process that
-    left the workload's group (torchrun starts every worker in its own session) is still
-    found, stopped and reaped with the run. Linux only; elsewhere the group is all."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    except (OSError, AttributeError) as exc:
-        _log(f"cannot become a child subreaper: {exc}")
-
-
-def _descendants() -> list[tuple[int, int, str]]:
-    """(pid, pgid, state) of every process below this one, from /proc."""
-    children: dict[int, list[tuple[int, int, str]]] = {}
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return []
-    for name in names:
-        if name.isdigit():
-            fields = _stat_fields(name)
-            if fields and len(fields) > 2:
-                children.setdefault(int(fields[1]), []).append(
-                    (int(name), int(fields[2]), fields[0])
-                )
-    found, todo = [], [os.getpid()]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child[0])
-    return found
-
-
-def _kill_tree(pgid: int, sig: int) -> None:
-    """Signal the workload's process group and every other process descended from us."""
-    _killpg(pgid, sig)
-    for pid, group, state in _descendants():
-        if group != pgid and state not in "ZX":
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, sig)
-
-
-def _tree_alive(pgid: int, main_pid: int) -> bool:
-    if _group_has_live_members(pgid):
-        return True
-    return any(state not in "ZX" and pid != main_pid for pid, _, state in _descendants())
-
-
-def _reap_orphans(main_pid: int) -> None:
-    """Collect the exit status of adopted orphans (not the main process: reaped last)."""
-    for pid, _, _ in _descendants():
-        if pid != main_pid:
-            with contextlib.suppress(ChildProcessError, OSError):
-                os.waitpid(pid, os.WNOHANG)
-
-
-def _argv(command: list[str] | str, setup: str | None) -> list[str]:
-    if isinstance(command, str):
-        if setup:
-            # Braces (not a subshell) so `cd` or `export` in setup apply to the command; the
-            # newlines let either part end with a comment or `&`.
-            return ["/bin/sh", "-c", f"{{ {setup}\n}} && {{\n{command}\n}}"]
-        return ["/bin/sh", "-c", command]
-    if setup:
-        import shlex
-
-        return ["/bin/sh", "-c", f"{{ {setup}\n}} && exec {shlex.join(command)}"]
-    return list(command)
-
-
-def _check_launch(launch: Any) -> str | None:
-    """A problem with launch.json, or None."""
-    if not isinstance(launch, dict):
-        return "launch.json is not an object"
-    cmd = launch.get("command")
-    if not (isinstance(cmd, str) and cmd.strip()) and not (
-        isinstance(cmd, list) and cmd and all(isinstance(a, str) for a in cmd)
-    ):
-        return "command must be a non-empty string or list of strings"
-    env = launch.get("env")
-    if not isinstance(env, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in env.items()
-    ):
-        return "env must map strings to strings"
-    if not isinstance(launch.get("cwd"), str):
-        return "cwd must be a string"
-    if launch.get("setup") is not None and not isinstance(launch["setup"], str):
-        return "setup must be a string or null"
-    files = launch.get("secret_files")
-    if files is not None and not (
-        isinstance(files, dict)
-        and all(
-            isinstance(k, str)
-            and k
-            and "=" not in k
-            and "\0" not in k
-            and isinstance(v, str)
-            and os.path.isabs(v)
-            for k, v in files.items()
-        )
-    ):
-        return "secret_files must map environment variable names to absolute paths"
-    return None
-
-
-def _read_secrets(files: dict[str, str] | None) -> dict[str, str]:
-    """ENV_NAME -> value of each secret file; OSError naming the variable and path only.
-
-    Bytes that are not UTF-8 survive (surrogateescape), as they would in any environment.
-    """
-    values: dict[str, str] = {}
-    for name, path in (files or {}).items():
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except OSError as exc:
-            why = exc.strerror or type(exc).__name__
-            raise OSError(f"secret {name}: cannot read {path}: {why}") from None
-        if b"\0" in data:
-            raise OSError(f"secret {name}: {path} holds a NUL byte, which an environment cannot")
-        values[name] = data.decode("utf-8", "surrogateescape")
-    return values
 
 
 class Supervisor:
@@ -386,7 +229,7 @@ class Supervisor:
         try:
             with open(self.path(LAUNCH_FILE), encoding="utf-8") as f:
                 launch = json.load(f)
-            problem = _check_launch(launch)
+            problem = launchfile.check_launch(launch)
         except (OSError, ValueError) as exc:
             launch, problem = {}, f"cannot read {LAUNCH_FILE}: {exc}"
         if problem is not None:
@@ -406,7 +249,7 @@ class Supervisor:
         except BaseException as exc:
             # Never leave a workload without an owner: stop it, then record the failure.
             if proc.returncode is None:  # not reaped yet, so its group id is still ours
-                _killpg(proc.pid, signal.SIGKILL)
+                proctree.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
             self.write_status(self.exited_status("failed", error=f"supervisor error: {exc!r}"))
             raise
@@ -422,7 +265,7 @@ class Supervisor:
                 os.makedirs(output_dir, exist_ok=True)
             except OSError as exc:
                 _log(f"cannot create output_dir: {exc}")
-        argv = _argv(launch["command"], launch.get("setup"))
+        argv = launchfile.workload_argv(launch["command"], launch.get("setup"))
         log_fd = os.open(self.path(OUTPUT_LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             if not os.path.isdir(cwd):
@@ -431,7 +274,7 @@ class Supervisor:
             proc = subprocess.Popen(
                 argv,
                 cwd=cwd,
-                env={**launch["env"], **_read_secrets(launch.get("secret_files"))},
+                env={**launch["env"], **launchfile.read_secrets(launch.get("secret_files"))},
                 stdin=subprocess.DEVNULL,
                 stdout=log_fd,
                 stderr=log_fd,
@@ -502,11 +345,11 @@ class Supervisor:
                     reason = "timeout"
                 if reason is not None:
                     _log(f"stopping the workload ({reason}): SIGTERM to group {pgid}")
-                    _kill_tree(pgid, signal.SIGTERM)
+                    proctree.kill_tree(pgid, signal.SIGTERM)
                     kill_at = now + grace
             if kill_at is not None and now >= kill_at:
                 _log(f"grace over: SIGKILL to group {pgid} and every process below")
-                _kill_tree(pgid, signal.SIGKILL)
+                proctree.kill_tree(pgid, signal.SIGKILL)
                 kill_at = None  # sent; the exit will wake us
             next_events = (kill_at, deadline if reason is None else None)
             wake = [t - now for t in next_events if t is not None]
@@ -515,16 +358,16 @@ class Supervisor:
         # The main process is gone; nothing else of this run may outlive it, whether in
         # its process group or in a session of its own (adopted by us, the subreaper).
         if reason is None:
-            if _tree_alive(pgid, proc.pid):
-                _kill_tree(pgid, signal.SIGTERM)
+            if proctree.tree_alive(pgid, proc.pid):
+                proctree.kill_tree(pgid, signal.SIGTERM)
             kill_at = time.monotonic() + min(grace, STRAY_GRACE_S)
         elif kill_at is None:
             kill_at = time.monotonic()
-        while time.monotonic() < kill_at and _tree_alive(pgid, proc.pid):
-            _reap_orphans(proc.pid)
+        while time.monotonic() < kill_at and proctree.tree_alive(pgid, proc.pid):
+            proctree.reap_orphans(proc.pid)
             time.sleep(_POLL_S)
-        _kill_tree(pgid, signal.SIGKILL)
-        _reap_orphans(proc.pid)
+        proctree.kill_tree(pgid, signal.SIGKILL)
+        proctree.reap_orphans(proc.pid)
         returncode = proc.wait()  # reap last: frees the pid and the group id
         if reason is None:
             reason = "succeeded" if returncode == 0 else "failed"
@@ -575,7 +418,9 @@ def main(argv: list[str]) -> int:
         return 2
     attempt_dir = os.path.abspath(argv[1])
     _detach(attempt_dir)
-    _become_subreaper()
+    problem = proctree.become_subreaper()
+    if problem:
+        _log(problem)
     try:
         return Supervisor(attempt_dir).run()
     except BaseException:
