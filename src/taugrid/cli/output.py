@@ -7,9 +7,10 @@ import than the rest of the command. rich is used only for the live ``--wait`` v
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
@@ -19,14 +20,65 @@ def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=False))
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+Paint = Callable[[int, str, str], str]  # (column, cell text, padded cell) -> shown
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]], paint: Paint | None = None) -> str:
+    """Aligned columns; ``paint`` may wrap a padded cell in colour (widths come first, so
+    escape codes never skew the alignment)."""
     widths = [len(h) for h in headers]
     for row in rows:
         widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
     for row in rows:
-        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+        cells = [c.ljust(w) for c, w in zip(row, widths, strict=True)]
+        if paint is not None:
+            cells = [
+                paint(i, c, padded) for i, (c, padded) in enumerate(zip(row, cells, strict=True))
+            ]
+        lines.append("  ".join(cells).rstrip())
     return "\n".join(lines)
+
+
+# States in colour on a terminal; the word itself is always there, so colour is never the
+# only way a state is told apart.
+_STATE_COLOURS = {
+    "SUCCEEDED": "32",  # green
+    "FAILED": "31",  # red
+    "CANCELLED": "33",  # yellow
+    "PREEMPTED": "33",
+    "RESTARTING": "33",
+    "RUNNING": "36",  # cyan
+    "ADMITTED": "36",
+    "QUEUED": "2",  # dim
+    "PENDING": "2",
+}
+
+
+def use_colour() -> bool:
+    """Colour on a terminal unless NO_COLOR is set (https://no-color.org) or TERM=dumb;
+    FORCE_COLOR asks for it when piped."""
+    env = os.environ
+    if env.get("NO_COLOR"):
+        return False
+    if env.get("FORCE_COLOR"):
+        return True
+    return sys.stdout.isatty() and env.get("TERM") != "dumb"
+
+
+def state_painter(column: int) -> Paint | None:
+    """A ``paint`` for :func:`table` that colours the states in ``column``; None when
+    colour is off."""
+    if not use_colour():
+        return None
+
+    def paint(i: int, text: str, padded: str) -> str:
+        code = _STATE_COLOURS.get(text) if i == column else None
+        if code is None:
+            return padded
+        return f"\x1b[{code}m{text}\x1b[0m{padded[len(text) :]}"
+
+    return paint
 
 
 def ago(ts: float | None, now: float | None = None) -> str:

@@ -8,6 +8,7 @@ the override text instead. See :mod:`taugrid.spec.expand` for ``${VAR}`` rules.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import re
@@ -17,6 +18,7 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from taugrid.errors import SpecError, SpecProblem
 from taugrid.spec.expand import expand, expand_env
@@ -99,7 +101,8 @@ def _resolve(
     try:
         spec = TauSpec.model_validate(data)
     except ValidationError as exc:
-        for error in exc.errors():
+        errors = _without_missing_misspelt(exc.errors())
+        for error in errors:
             loc: Loc = tuple(error["loc"])
             on_key = loc[-1:] == ("[key]",) or error["type"] == "extra_forbidden"
             loc = loc[:-1] if loc[-1:] == ("[key]",) else loc
@@ -132,6 +135,21 @@ def _resolve(
         spec_hash=hashlib.sha256(canonical.encode()).hexdigest(),
         workdir=workdir.resolve(),
     )
+
+
+def _without_missing_misspelt(errors: Sequence[ErrorDetails]) -> list[ErrorDetails]:
+    """Drop "required" for a field whose misspelling is in the same mapping (``comand:``):
+    the did-you-mean on the unknown key says it all; a second "command: required" at 1:1
+    would only send the reader looking for a second mistake."""
+    misspelt: set[Loc] = set()
+    for error in errors:
+        loc = tuple(error["loc"])
+        if error["type"] == "extra_forbidden" and loc and isinstance(loc[-1], str):
+            options = [str(e["loc"][-1]) for e in errors if e["type"] == "missing" and e["loc"]]
+            close = difflib.get_close_matches(loc[-1], options, n=1, cutoff=0.6)
+            if close:
+                misspelt.add((*loc[:-1], close[0]))
+    return [e for e in errors if not (e["type"] == "missing" and tuple(e["loc"]) in misspelt)]
 
 
 class _Locator:

@@ -39,3 +39,43 @@ resources:                      # per node
 # timeout: 24h                  # stop the run after this long
 # outputs: [outputs/]           # paths collected as artifacts
 """
+
+# Written beside the starter tau.yaml by `tau init` when there is no train.py, so that the
+# starter runs as it is (`tau run --wait`). Standard library and the SDK only.
+STARTER_TRAIN_PY = '''\
+"""A starter workload written by `tau init`: replace it with your own training script.
+
+It shows what TauGrid gives a run: metrics (taugrid.log, see `tau metrics`), crash-safe
+checkpoints that a restarted or resumed run continues from, and the stop signal that a
+cancel, preemption or timeout sends (taugrid.should_stop).
+"""
+
+import json
+import os
+import time
+
+import taugrid
+from taugrid import checkpoint
+
+STEPS = int(os.environ.get("STEPS", "20"))
+
+last = checkpoint.latest()  # None on a fresh start
+state = json.loads((last.path / "state.json").read_text()) if last else {"step": 0, "loss": 1.0}
+print(f"starting at step {state['step']}" + (f" (resumed from {last.path})" if last else ""))
+
+for step in range(state["step"], STEPS):
+    state = {"step": step + 1, "loss": state["loss"] * 0.9}  # stands in for a training step
+    taugrid.log(step, loss=state["loss"])
+    if step % 5 == 4 or taugrid.should_stop():
+        with checkpoint.saving(step) as d:
+            (d / "state.json").write_text(json.dumps(state))
+    if taugrid.should_stop():
+        print("stop requested: checkpoint saved, exiting")
+        break
+    time.sleep(0.1)
+
+out = os.environ.get("TAU_OUTPUT_DIR", ".")
+with open(os.path.join(out, "result.json"), "w") as f:  # collected as an artifact
+    json.dump(state, f)
+print(f"done: loss {state['loss']:.4f} after {state['step']} steps")
+'''

@@ -7,15 +7,18 @@ lets us report *every* duplicate key instead of stopping at the first one.
 
 from __future__ import annotations
 
+import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ruamel.yaml import YAML
-from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.error import MarkedYAMLError, ReusedAnchorWarning, YAMLError
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from taugrid.errors import SpecError, SpecProblem
+from taugrid.spec.yamlwords import explain
 
 Loc = tuple[str | int, ...]
 _STD_TAG = "tag:yaml.org,2002:"
@@ -141,16 +144,31 @@ def read_yaml(text: str, file: str) -> tuple[Document | None, list[SpecProblem]]
     """
     yaml = YAML(typ="rt")  # one per call: YAML objects are not thread-safe
     try:
-        root = yaml.compose(text)
+        with warnings.catch_warnings():
+            # A reused &anchor silently shadows the first; ruamel only warns (on stderr).
+            warnings.simplefilter("error", ReusedAnchorWarning)
+            root = yaml.compose(text)
     except MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
+        said = explain(exc.problem, exc.context)
+        first, second = (
+            (exc.context_mark, exc.problem_mark)
+            if said.at_context
+            else (exc.problem_mark, exc.context_mark)
+        )
+        mark = first or second
         line, col = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
-        message = exc.problem or exc.context or "cannot be parsed"
-        if exc.context and exc.problem:
-            message = f"{exc.problem} ({exc.context})"
-        return None, [SpecProblem(file, line, col, "", f"invalid YAML: {message}")]
+        return None, [SpecProblem(file, line, col, "", f"invalid YAML: {said.message}")]
+    except ReusedAnchorWarning as exc:
+        anchor = re.search(r"anchor '([^']*)'", str(exc))
+        name = f"&{anchor.group(1)}" if anchor else "an anchor"
+        where = re.findall(r"line (\d+), column (\d+)", str(exc))
+        line, col = (int(where[-1][0]), int(where[-1][1])) if where else (1, 1)
+        message = f"invalid YAML: {name} is defined twice; each anchor may be defined once"
+        return None, [SpecProblem(file, line, col, "", message)]
     except YAMLError as exc:
-        return None, [SpecProblem(file, 1, 1, "", f"invalid YAML: {exc}")]
+        return None, [
+            SpecProblem(file, 1, 1, "", f"invalid YAML: {explain(str(exc), None).message}")
+        ]
     if root is None:
         return Document(data=None), []
     converter = _Converter(yaml, file)
@@ -159,7 +177,8 @@ def read_yaml(text: str, file: str) -> tuple[Document | None, list[SpecProblem]]
     except MarkedYAMLError as exc:  # a scalar the constructor rejects, e.g. bad !!binary
         mark = exc.problem_mark or exc.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
-        return None, [SpecProblem(file, line, col, "", f"invalid YAML: {exc.problem}")]
+        said = explain(exc.problem, exc.context).message
+        return None, [SpecProblem(file, line, col, "", f"invalid YAML: {said}")]
     return converter.doc, converter.problems
 
 

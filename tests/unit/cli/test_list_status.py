@@ -255,3 +255,36 @@ def test_small_tables_and_sizes() -> None:
     assert human_bytes(5 * 2**40) == "5.0 TiB"
     assert "signal 99" in attempts_table([{"attempt": 0, "started_at": None, "signal": 99}])
     assert "✓" in checkpoints_table([{"step": 1, "created_at": NOW, "verified": True}])
+
+
+def test_states_in_colour_only_on_request_and_never_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    runs = [run_out("a-aaaaa"), run_out("b-bbbbb", state="FAILED", reason="ExitCode")]
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    plain = runs_table(runs)  # stdout is not a terminal here
+    assert "\x1b[" not in plain
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    coloured = runs_table(runs)
+    assert "\x1b[32mSUCCEEDED\x1b[0m" in coloured and "\x1b[31mFAILED\x1b[0m" in coloured
+    # Same text and alignment once the escapes are taken out: the word is always there.
+    assert re.sub(r"\x1b\[[0-9;]*m", "", coloured) == plain
+    monkeypatch.setenv("NO_COLOR", "1")  # wins over FORCE_COLOR
+    assert runs_table(runs) == plain
+
+
+def test_command_line_is_shell_quoted() -> None:
+    d = detail()
+    d["spec"]["resolved"]["command"] = ["python", "train.py", "--name", "my run", "a'b"]
+    line = next(x for x in describe(d).splitlines() if x.startswith("Command:"))
+    assert line == "Command:    python train.py --name 'my run' 'a'\"'\"'b'"
+
+
+def test_status_says_when_it_shows_only_the_newest(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeClient()
+    fake.runs = {f"r-{i:05d}": run_out(f"r-{i:05d}") for i in range(3)}
+    result = invoke(monkeypatch, "status", fake, "status")
+    assert "newest" not in result.stderr
+    original = fake.list_runs
+    monkeypatch.setattr(fake, "list_runs", lambda **kw: {**original(**kw), "next_cursor": "x"})
+    result = invoke(monkeypatch, "status", fake, "status")
+    assert "the newest 20 runs; see more with: tau list --limit 200" in result.stderr

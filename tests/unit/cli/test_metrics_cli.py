@@ -10,6 +10,7 @@ import pytest
 from clifakes import FakeClient, invoke
 
 from taugrid.cli.commands.metrics import csv_cell, metric_keys, select, to_csv, to_table
+from taugrid.errors import NotFound
 
 SERIES = [
     {"attempt": 0, "step": 0, "time": 1795990000.5, "values": {"loss": 2.5, "lr": 0.1}},
@@ -73,7 +74,12 @@ def test_command_unknown_key_and_no_metrics(monkeypatch: pytest.MonkeyPatch) -> 
     fake = FakeClient()
     fake.series = SERIES
     result = invoke(monkeypatch, "metrics", fake, "metrics", "r1", "--key", "nope")
-    assert "no metric named nope in run r1 (it has: loss, lr, acc, eval_loss)" in result.stderr
+    # An error, not a warning followed by "no metrics" and exit 0: main() prints it, exits 5.
+    assert isinstance(result.exception, NotFound) and result.stdout == ""
+    assert result.exception.message == (
+        "no metric named nope in run r1 (it has: loss, lr, acc, eval_loss)"
+    )
+    assert result.exception.exit_code == 5
     fake.series = []
     result = invoke(monkeypatch, "metrics", fake, "metrics", "r1")
     assert result.stdout == "run r1 has logged no metrics yet\n"

@@ -30,12 +30,19 @@ def test_unknown_key_without_close_match_lists_allowed(tmp_path: Path) -> None:
     assert message == "tau.yaml:2:14: checkpoint.zzz: unknown field 'zzz' (allowed: keep)"
 
 
-def test_misspelled_command_reports_unknown_key_and_missing_command(tmp_path: Path) -> None:
+def test_misspelled_command_is_one_message_the_did_you_mean(tmp_path: Path) -> None:
+    # Not also "command: required" at 1:1, which sends the reader after a second mistake.
     assert problems(tmp_path, "name: demo\ncomand: python x.py\n") == [
-        "tau.yaml:1:1: command: required: the command to run "
-        "(a string for the shell, or a list of argv)",
         "tau.yaml:2:1: comand: unknown field 'comand', did you mean 'command'?",
     ]
+    # A missing field with no near miss is still reported.
+    assert problems(tmp_path, "name: demo\nzzz: 1\n")[0].startswith(
+        "tau.yaml:1:1: command: required"
+    )
+    # A near miss in another mapping does not hide it either.
+    assert problems(tmp_path, "name: demo\nresources: {comand: 1}\n")[0].startswith(
+        "tau.yaml:1:1: command: required"
+    )
 
 
 def test_wrong_types_point_at_values(tmp_path: Path) -> None:
@@ -177,9 +184,28 @@ def test_secret_also_in_env(tmp_path: Path) -> None:
     ]
 
 
-def test_invalid_yaml_uses_parser_position(tmp_path: Path) -> None:
+def test_invalid_yaml_in_our_words_where_the_mistake_starts(tmp_path: Path) -> None:
+    # The parser notices at 2:5; the list that is never closed opened at 1:10.
     [message] = problems(tmp_path, "command: [a, b\nname: x\n")
-    assert message.startswith("tau.yaml:2:5: invalid YAML: ")
+    assert message == (
+        "tau.yaml:1:10: invalid YAML: this [ list is not closed: add ']' (or a ',' between items)"
+    )
+    [message] = problems(tmp_path, 'name: "x\ncommand: echo\n')
+    assert (
+        message
+        == "tau.yaml:1:7: invalid YAML: this quoted string is never closed: add the closing quote"
+    )
+    [message] = problems(tmp_path, "name: x y: z\ncommand: echo\n")
+    assert message.startswith("tau.yaml:1:10: invalid YAML: unexpected ':': quote a value")
+    [message] = problems(tmp_path, "name: &a x\nother: &a y\ncommand: echo\n")
+    assert message == (
+        "tau.yaml:2:8: invalid YAML: &a is defined twice; each anchor may be defined once"
+    )
+    [message] = problems(tmp_path, "command: @x\n")
+    assert (
+        message
+        == "tau.yaml:1:10: invalid YAML: a value cannot start with '@': put the value in quotes"
+    )
 
 
 def test_tab_indentation_is_invalid_yaml(tmp_path: Path) -> None:
@@ -237,7 +263,6 @@ def test_many_problems_reported_together_in_file_order(tmp_path: Path) -> None:
     )
     found = problems(tmp_path, text, ["nodes=0", "resources.gpu=1", "novalue"])
     assert [line.split(": ")[0] for line in found] == [
-        "tau.yaml:1:1",
         "tau.yaml:1:7",
         "tau.yaml:2:1",
         "tau.yaml:3:19",

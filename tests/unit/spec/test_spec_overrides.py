@@ -103,8 +103,7 @@ def test_malformed_overrides(tmp_path: Path) -> None:
         "--set: gpus: 'gpus' is not key=value (e.g. --set resources.gpus=2)",
         "--set: '=1' has an empty key or path segment",
         "--set: resources..gpus: 'resources..gpus=1' has an empty key or path segment",
-        "--set: nodes: invalid YAML: expected ',' or ']', but got '<stream end>' "
-        "(while parsing a flow sequence)",
+        "--set: nodes: invalid YAML: this [ list is not closed: add ']' (or a ',' between items)",
     ]
 
 

@@ -21,7 +21,7 @@ import click
 from taugrid.cli.connect import connect
 from taugrid.cli.output import clock, emit_json, output_option, table
 from taugrid.cli.refs import in_workspace, workspace_option
-from taugrid.errors import UsageError
+from taugrid.errors import NotFound, UsageError
 
 
 def metric_keys(series: Iterable[Mapping[str, Any]]) -> list[str]:
@@ -111,10 +111,9 @@ def command(
     if keys:
         missing = [k for k in keys if k not in available]
         if missing:
-            click.echo(
-                f"tau: no metric named {', '.join(missing)} in run {data['run_id']} "
-                f"(it has: {', '.join(available) or 'none'})",
-                err=True,
+            raise NotFound(
+                f"no metric named {', '.join(missing)} in run {data['run_id']} "
+                f"(it has: {', '.join(available) or 'none yet'})"
             )
         series = select(series, keys)
     columns = list(keys) or available

@@ -17,6 +17,7 @@ from taugrid.cli.output import (
     exit_text,
     human_seconds,
     output_option,
+    state_painter,
     table,
 )
 from taugrid.cli.refs import in_workspace
@@ -41,7 +42,7 @@ def runs_table(runs: list[dict[str, Any]], extra: Sequence[Column] = ()) -> str:
         for r in runs
     ]
     headers = ["RUN", "STATE", "SUBMITTED", "DURATION", "EXIT", "REASON"]
-    return table([*headers, *(h for h, _ in extra)], rows)
+    return table([*headers, *(h for h, _ in extra)], rows, state_painter(1))
 
 
 def _reason(run: dict[str, Any]) -> str:
@@ -54,7 +55,10 @@ def _reason(run: dict[str, Any]) -> str:
 def describe(run: dict[str, Any]) -> str:
     spec = run["spec"]["resolved"]
     cmd = spec.get("command")
-    cmd_text = cmd if isinstance(cmd, str) else " ".join(cmd or [])
+    import shlex  # here, not at the top: `tau status` (the list) is on the start-up budget
+
+    # A list is argv: quoted as a shell would need it, so it can be pasted and run.
+    cmd_text = cmd if isinstance(cmd, str) else shlex.join(cmd or [])
     lines = [
         f"Run:        {run['id']}",
         f"Name:       {run['name']}",
@@ -112,11 +116,18 @@ def command(run: str | None, workspace: str | None, output: str) -> None:
         else:
             click.echo(describe(data))
         return
-    runs = client.list_runs(limit=RECENT, workspace=workspace)["runs"]
+    page = client.list_runs(limit=RECENT, workspace=workspace)
+    runs = page["runs"]
     if output == "json":
         emit_json({"runs": runs})
     elif runs:
         click.echo(runs_table(runs))
+        if page.get("next_cursor"):
+            click.echo(
+                f"(the newest {RECENT} runs; see more with: tau list --limit 200, "
+                "or filter: tau list --state failed --since 1d)",
+                err=True,
+            )
     else:
         click.echo("No runs yet. Submit one with: tau run -- python train.py")
 

@@ -14,9 +14,17 @@ from taugrid.cli.output import emit_json, output_option
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a field.")
 @output_option
 def command(file: Path, sets: tuple[str, ...], output: str) -> None:
+    from taugrid.errors import SpecError
     from taugrid.spec import inactive_fields, load_spec
 
-    loaded = load_spec(file, list(sets))
+    try:
+        loaded = load_spec(file, list(sets))
+    except SpecError as exc:
+        if output != "json":
+            raise
+        # Machine-readable to the end: editors and CI parse this, on stdout, exit code 2.
+        emit_json({"valid": False, "problems": [p.__dict__ for p in exc.problems]})
+        raise SystemExit(exc.exit_code) from None
     notes = inactive_fields(loaded.spec, "local")
     if output == "json":
         emit_json(
