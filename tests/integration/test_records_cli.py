@@ -202,3 +202,32 @@ def test_metrics_checkpoints_download_and_resume_from_checkpoint(tau: Tau, tmp_p
     assert "resumed from 3" in tau("logs", "sdk", check=True).stdout
     steps = [p["step"] for p in tau.json("metrics", "sdk", "--attempt", "1")["series"]]
     assert steps == [4, 5, 6]
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_downloads_never_enter_a_later_snapshot_or_make_git_dirty(tau: Tau) -> None:
+    proj = project(tau)
+    (proj / "job.py").write_text(
+        JOB
+        + "import os\nopen(os.environ['TAU_OUTPUT_DIR'] + '/model.bin', 'wb').write(b'w' * 4096)\n"
+    )
+    git(proj, "init", "-q", "-b", "main")
+    git(proj, "add", ".")
+    git(proj, "commit", "-qm", "first")
+    tau("run", "--wait", cwd=proj, PATH=VENV_PATH, check=True)
+    first = tau.json("status", "lrjob")
+    got = tau.json("get", first["id"], cwd=proj)  # the default place: ./<run id>/ in the repo
+    assert Path(got["dir"]) == proj / first["id"]
+    assert (proj / first["id"] / "model.bin").stat().st_size == 4096
+    assert git(proj, "status", "--porcelain") == ""  # git does not see the download
+    tau("run", "--wait", cwd=proj, PATH=VENV_PATH, check=True)
+    second = tau.json("status", "lrjob")
+    assert second["id"] != first["id"]
+    assert second["code"]["git"]["dirty"] is False
+    # Same code, so the same content-addressed snapshot: the download is not in it.
+    assert second["spec"]["snapshot_digest"] == first["spec"]["snapshot_digest"]
+    # A directory the user already had is not marked.
+    mine = proj / "mine"
+    mine.mkdir()
+    tau("get", first["id"], "-d", str(mine), cwd=proj, check=True)
+    assert not (mine / ".gitignore").exists() and (mine / "model.bin").exists()

@@ -2,7 +2,9 @@
 
 Everything the run put in TAU_OUTPUT_DIR and the paths listed in outputs:. With
 --checkpoint, the files of a checkpoint instead (the newest verified one, or STEP) into
-DIR/step-NNNNNNNNNN/ with its manifest, each file checked against its sha256.
+DIR/step-NNNNNNNNNN/ with its manifest, each file checked against its sha256. A directory
+tau get creates holds a .gitignore of `*`: what it downloads never enters git or the code
+snapshot of a later tau run.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ def command(
         raise UsageError("--force goes with --checkpoint")
     listing = client.artifacts(run)
     root = (dest or Path(listing["run_id"])).resolve()
+    mark_download(root)
     written = []
     for art in listing["artifacts"]:
         target = _inside(root, art["path"])
@@ -122,7 +125,9 @@ def get_checkpoint(
     listing = client.checkpoints(run)
     run_id = listing["run_id"]
     ck = choose_checkpoint(run_id, listing["checkpoints"], step, force)
-    root = (dest or Path(run_id)).resolve() / f"step-{ck['step']:010d}"
+    base = (dest or Path(run_id)).resolve()
+    mark_download(base)
+    root = base / f"step-{ck['step']:010d}"
     written, bad = [], []
     for f in ck["files"]:
         target = _inside(root, f["path"])
@@ -177,6 +182,24 @@ def _write_manifest(client: Client, run_id: str, ck: dict[str, Any], target: Pat
         "total_size": sum(f["size"] for f in ck["files"]),
     }
     target.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
+
+
+DOWNLOAD_IGNORE = (
+    "# Written by `tau get`: this directory holds a run's downloaded files. The `*` below\n"
+    "# keeps them out of git and out of the code snapshot of every later `tau run`.\n"
+    "*\n"
+)
+
+
+def mark_download(root: Path) -> None:
+    """Create ``root`` for a download and, when TauGrid created it, put a ``.gitignore``
+    of ``*`` in it: git and the snapshot (which honours nested .gitignore files) then skip
+    it, so a model fetched into the workdir never rides along with the next run or makes
+    the repository look dirty. A directory the user already had is left as it is."""
+    if root.exists():
+        return
+    root.mkdir(parents=True)
+    (root / ".gitignore").write_text(DOWNLOAD_IGNORE)
 
 
 def _inside(root: Path, rel: str) -> Path:

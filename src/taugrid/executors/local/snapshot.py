@@ -144,6 +144,11 @@ def _walk(
                 if not is_ignored(rules, rel, is_dir=True):
                     entries.append(_Entry(rel, item.path, "dir"))
                     visit(item.path, rel, chain)
+                    if entries[-1].rel == rel and os.path.isfile(f"{item.path}/.gitignore"):
+                        # Everything in it is ignored by its own .gitignore (`tau get`
+                        # marks its downloads so): left out, as git leaves it out. An
+                        # empty directory without one is kept.
+                        entries.pop()
             elif stat.S_ISREG(st.st_mode) and not is_ignored(rules, rel, is_dir=False):
                 entries.append(
                     _Entry(rel, item.path, "file", st.st_size, bool(st.st_mode & stat.S_IXUSR))
