@@ -177,8 +177,8 @@ def read_yaml(text: str, file: str) -> tuple[Document | None, list[SpecProblem]]
     except MarkedYAMLError as exc:  # a scalar the constructor rejects, e.g. bad !!binary
         mark = exc.problem_mark or exc.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
-        said = explain(exc.problem, exc.context).message
-        return None, [SpecProblem(file, line, col, "", f"invalid YAML: {said}")]
+        reason = explain(exc.problem, exc.context).message
+        return None, [SpecProblem(file, line, col, "", f"invalid YAML: {reason}")]
     return converter.doc, converter.problems
 
 
