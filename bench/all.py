@@ -22,6 +22,7 @@ BENCHMARKS = (
     "crash_resume",
     "checkpoint_persist",
     "checkpoint_async",
+    "isolation",
 )
 
 

@@ -22,8 +22,8 @@ def postgres_url() -> str:
         eng = sqlalchemy.create_engine(POSTGRES_URL)
         with eng.begin() as conn:
             conn.exec_driver_sql(
-                "DROP TABLE IF EXISTS audit, memberships, tokens, workspaces, users, "
-                "attempts, events, runs, policies, alembic_version"
+                "DROP TABLE IF EXISTS snapshot_workspaces, audit, memberships, tokens, "
+                "workspaces, users, attempts, events, runs, policies, alembic_version"
             )
         eng.dispose()
     except Exception as exc:

@@ -75,6 +75,34 @@ class SnapshotTooLarge(TauError):
     http_status = 413
 
 
+class SnapshotInvalid(TauError):
+    """An uploaded snapshot is not a safe tar.gz (a member leaves the workdir, a device...)."""
+
+    code = "snapshot_invalid"
+    exit_code = 2
+    http_status = 422
+
+
+class RequestTooLarge(TauError):
+    """A request body over the server's limit for that endpoint."""
+
+    code = "request_too_large"
+    exit_code = 2
+    http_status = 413
+
+
+class IdempotencyKeyReused(TauError):
+    """The caller already used this Idempotency-Key in this workspace for another request."""
+
+    code = "idempotency_key_reused"
+    exit_code = 2
+    http_status = 422
+
+    def __init__(self, message: str, index: int = 0) -> None:
+        super().__init__(message)
+        self.index = index  # which item of a batch
+
+
 class ServerUnreachable(TauError):
     code = "server_unreachable"
     exit_code = 3
@@ -131,12 +159,23 @@ class RateLimited(TauError):
     http_status = 429
 
 
+class DiskFull(TauError):
+    """The disk holding TAU_HOME is (nearly) full: new work waits until space is freed."""
+
+    code = "disk_full"
+    exit_code = 10
+    http_status = 507  # Insufficient Storage
+
+
 ERRORS_BY_CODE: dict[str, type[TauError]] = {
     cls.code: cls
     for cls in (
         TauError,
         UsageError,
         SnapshotTooLarge,
+        SnapshotInvalid,
+        RequestTooLarge,
+        IdempotencyKeyReused,
         ServerUnreachable,
         AuthError,
         NotFound,
@@ -145,5 +184,6 @@ ERRORS_BY_CODE: dict[str, type[TauError]] = {
         Unschedulable,
         Forbidden,
         RateLimited,
+        DiskFull,
     )
 }

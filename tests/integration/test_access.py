@@ -4,6 +4,7 @@ role, token lifecycle, the audit log and rate limiting, against the real server.
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import time
 import uuid
@@ -14,6 +15,9 @@ import httpx
 import pytest
 from tauproc import Tau, write_spec
 
+from servicecheck import require_service
+
+WHY_BWRAP = "bubblewrap (bwrap) is needed for a shared server's sandbox"
 POLICY = """\
 flavors:
   - name: cpu
@@ -43,6 +47,7 @@ MEMBERS = {
 class World:
     def __init__(self, tau: Tau) -> None:
         self.tau = tau
+        require_service(shutil.which("bwrap") is not None, WHY_BWRAP)
         info = tau.start_server("--shared")
         self.url = f"{info['url']}/api/v1"
         self.admin_token = (tau.home / "admin-token").read_text().strip()
@@ -91,12 +96,15 @@ def _setup(world: World) -> dict[str, Any]:
     first = tau.json("run")["run"]
     tau("cancel", first["id"], check=True)
     spec = tau.json("status", first["id"])["spec"]
+    # The CLI uploaded the snapshot for workspace a; b's runs need it uploaded for b.
+    digest = spec["snapshot_digest"]
+    archive = tau.home / "cache" / "snapshots" / f"{digest}.tar.gz"
+    _ok(admin.put(f"/snapshots/{digest}?workspace=b", content=archive.read_bytes()))
     body = {
         "spec_source": spec["source"],
         "file_text": spec["file_text"],
         "overrides": [],
-        "resolved": spec["resolved"],
-        "spec_hash": spec["hash"],
+        "resolved": spec["resolved"],  # changed below: no spec_hash, the server hashes it
         "snapshot_digest": spec["snapshot_digest"],
         "submitter": "whoever-the-body-claims",
     }
@@ -251,9 +259,12 @@ def test_failed_logins_are_rate_limited_per_source(world: World) -> None:
     for _ in range(10):
         r = httpx.get(f"{world.url}/whoami", headers={"Authorization": "Bearer tau_x_y"})
         assert r.status_code == 401
-    blocked = httpx.get(
+    # A valid token is never refused (it used to be: the whole address was blocked).
+    valid = httpx.get(
         f"{world.url}/whoami", headers={"Authorization": f"Bearer {world.admin_token}"}
     )
+    assert valid.status_code == 200
+    blocked = httpx.get(f"{world.url}/whoami", headers={"Authorization": "Bearer tau_x_y"})
     assert blocked.status_code == 429
     assert blocked.json()["error"]["code"] == "rate_limited"
 

@@ -25,7 +25,7 @@ def _item(detail: dict[str, Any], name: str, **resolved: Any) -> dict[str, Any]:
         "file_text": spec["file_text"],
         "overrides": spec["overrides"],
         "resolved": {**spec["resolved"], "name": name, **resolved},
-        "spec_hash": spec["hash"],
+        # No spec_hash: `resolved` is changed here, and the server hashes it itself.
         "snapshot_digest": spec["snapshot_digest"],
         "submitter": "tester",
         "idempotency_key": str(uuid.uuid4()),

@@ -90,7 +90,8 @@ def test_kill_9_during_checkpoint_writes_20_times(tau: Tau) -> None:
         assert x["start"] == step + 1 and x["start"] >= prev_start
         assert att["resumed_from"]["step"] == step
         prev_start = x["start"]
-    assert [a["failure_class"] for a in done["attempt_list"][:KILLS]] == ["oom"] * KILLS
+    # kill -9 is a signal, not an OOM (OOMKilled is said only when the kernel says so)
+    assert [a["failure_class"] for a in done["attempt_list"][:KILLS]] == ["signal"] * KILLS
     # Whatever is on disk now is complete or absent: no step-* directory is partial.
     for d in ckpt_root.glob("step-*"):
         assert verify(d) is None, d

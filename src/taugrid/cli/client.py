@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import urllib.parse
 from collections.abc import Iterator, Mapping
-from typing import Any
+from pathlib import Path
+from typing import Any, BinaryIO
 
 from taugrid.cli import wire
 from taugrid.errors import ERRORS_BY_CODE, AuthError, ServerUnreachable, TauError
@@ -35,7 +36,7 @@ class Client:
         *,
         params: Params | None = None,
         json_body: Any = None,
-        body: bytes | None = None,
+        body: bytes | BinaryIO | None = None,
         headers: Mapping[str, str] | None = None,
         timeout: float | None = -1.0,
     ) -> wire.Response:
@@ -109,19 +110,27 @@ class Client:
         body: dict[str, Any] = self.call("POST", "/runs/cancel", json_body={"runs": refs})
         return list(body["results"])
 
-    def has_snapshot(self, digest: str) -> bool:
+    def has_snapshot(self, digest: str, workspace: str) -> bool:
+        """Whether ``workspace`` has this snapshot (the server answers for the
+        workspaces the caller can read only)."""
         try:
-            self.call("HEAD", f"/snapshots/{digest}")
+            self.call("HEAD", f"/snapshots/{digest}", params={"workspace": workspace})
         except TauError as exc:
             if exc.code == "not_found":
                 return False
             raise
         return True
 
-    def put_snapshot(self, digest: str, data: bytes) -> None:
-        self.call(
-            "PUT", f"/snapshots/{digest}", body=data, headers={"Content-Type": "application/gzip"}
-        )
+    def put_snapshot(self, digest: str, archive: Path, workspace: str) -> None:
+        """Upload the archive file for ``workspace``, streamed from disk."""
+        with archive.open("rb") as f:
+            self.call(
+                "PUT",
+                f"/snapshots/{digest}",
+                params={"workspace": workspace},
+                body=f,
+                headers={"Content-Type": "application/gzip"},
+            )
 
     def submit(self, payload: dict[str, Any], idempotency_key: str) -> dict[str, Any]:
         # A retry after a lost answer reuses the key, so the run is recorded once.
@@ -163,18 +172,31 @@ class Client:
         return result
 
     # -- secrets (values go in, never come out) ------------------------------------------
-    def put_secret(self, ref: str, value: str) -> None:
-        """Set a secret; the value travels in the body, never in the URL."""
-        self.call("PUT", f"/secrets/{_q(ref)}", json_body={"value": value})
+    def put_secret(
+        self, ref: str, value: str, *, workspace: str | None = None, personal: bool = False
+    ) -> None:
+        """Set a secret of ``workspace`` (the server's ``default`` when None), or the
+        caller's personal one there; the value travels in the body, never in the URL."""
+        self.call(
+            "PUT",
+            f"/secrets/{_q(ref)}",
+            params=_secret_params(workspace, personal),
+            json_body={"value": value},
+        )
 
-    def list_secrets(self) -> dict[str, Any]:
-        """``{"secrets": [{"ref", "updated_at"}]}``: names and times, no values."""
-        result: dict[str, Any] = self.call("GET", "/secrets")
+    def list_secrets(self, *, workspace: str | None = None) -> dict[str, Any]:
+        """``{"workspace", "secrets": [{"ref", "scope", "owner", "updated_at"}]}``: the
+        workspace's and the caller's personal ones; names and times, no values."""
+        result: dict[str, Any] = self.call(
+            "GET", "/secrets", params=_secret_params(workspace, False)
+        )
         return result
 
-    def delete_secret(self, ref: str) -> None:
+    def delete_secret(
+        self, ref: str, *, workspace: str | None = None, personal: bool = False
+    ) -> None:
         """Delete a secret; NotFound when it is not set."""
-        self.call("DELETE", f"/secrets/{_q(ref)}")
+        self.call("DELETE", f"/secrets/{_q(ref)}", params=_secret_params(workspace, personal))
 
     # -- admin: identity and access (an admin's token; others get NotFound) -------------
     # The DELETEs answer 204 without a body: call() returns None for an empty body.
@@ -297,4 +319,12 @@ def _error_from(status: int, data: bytes) -> TauError:
             return AuthError("the server refused the API token")
         if status == 404:
             return ERRORS_BY_CODE["not_found"]("not found")
+        if status == 413:  # a proxy in front of the server, say
+            return ERRORS_BY_CODE["request_too_large"](
+                "the server refused the request as too large"
+            )
         return TauError(f"server answered HTTP {status}: {data[:200]!r}")
+
+
+def _secret_params(workspace: str | None, personal: bool) -> dict[str, str | None]:
+    return {"workspace": workspace, "scope": "personal" if personal else None}

@@ -25,9 +25,10 @@ START_TIMEOUT_S = 30.0
 
 def connect(*, start: bool = True) -> Client:
     ctx = selected().context
+    home = tau_home()
+    private_home(home)  # the snapshot cache lives there whichever server is used
     if ctx.server is not None:
         return Client(ctx.server, ctx.token)
-    home = tau_home()
     info = running_server(home)
     if info is None:
         if not start:
@@ -56,6 +57,23 @@ def context_option() -> str | None:
     return name if isinstance(name, str) else None
 
 
+def private_home(home: Path) -> None:
+    """TAU_HOME and the CLI's snapshot cache in it, readable by this user alone (0700;
+    the server checks the rest when it starts). A few stat calls when they exist."""
+    for path in (home, home / "cache", home / "cache" / "snapshots"):
+        try:
+            path.mkdir(mode=0o700)
+        except FileExistsError:
+            try:
+                st = path.stat()
+                if st.st_mode & 0o077 and st.st_uid == os.getuid():
+                    path.chmod(st.st_mode & 0o7700)
+            except OSError:
+                pass
+        except OSError:
+            return  # read-only or missing parent: the command fails later, with a message
+
+
 def read_token(home: Path) -> str:
     try:
         return token_path(home).read_text().strip()
@@ -77,14 +95,16 @@ def start_server(home: Path, extra_args: list[str] | None = None) -> dict[str, o
     """Start ``python -m taugrid.server`` detached, wait until it serves, return its info."""
     import subprocess
 
-    home.mkdir(parents=True, exist_ok=True)
-    with (home / "autostart.lock").open("w") as lock:
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    lock_fd = os.open(home / "autostart.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    with os.fdopen(lock_fd, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two CLIs starting at once start one server
         info = running_server(home)
         if info is not None:
             return info
         log = server_log_path(home)
-        with log.open("ab") as out:
+        log_fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(log_fd, "ab") as out:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "taugrid.server", "--home", str(home), *(extra_args or [])],
                 stdin=subprocess.DEVNULL,

@@ -15,13 +15,12 @@ that caused it; nothing is submitted then.
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
+from taugrid.domain.fingerprint import spec_hash
 from taugrid.errors import SpecError, SpecProblem
 
 # The loader's own expansion and canonical form, so a rerun hashes as `tau run` does.
@@ -106,18 +105,22 @@ def respec(spec_record: dict[str, Any], new_overrides: list[str]) -> Respecified
 
     spec = expanded(spec)
     new_resolved = resolved_data(spec)
-    canonical = json.dumps(new_resolved, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return Respecified(
         overrides=[*recorded, *new_overrides],
         resolved=new_resolved,
-        spec_hash=hashlib.sha256(canonical.encode()).hexdigest(),
+        spec_hash=spec_hash(new_resolved),  # the server checks it against its own
     )
 
 
 def rerun_payload(
     record: dict[str, Any], new_overrides: list[str], submitter: str
 ) -> dict[str, Any]:
-    """The ``POST /runs`` body for a rerun of ``record`` (a run detail)."""
+    """The ``POST /runs`` body for a rerun of ``record`` (a run detail).
+
+    The server, not this function, decides whether it is allowed: ``rerun_of`` must name
+    a run of the same workspace that the caller may change (their own, or any as a
+    maintainer), and the recorded snapshot must have been uploaded for that workspace.
+    """
     spec = record["spec"]
     again = respec(spec, new_overrides)
     code = record.get("code")

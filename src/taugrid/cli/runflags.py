@@ -95,7 +95,11 @@ def run_flags(func: Callable[..., Any]) -> Callable[..., Any]:
 def finish_submit(
     ctx: click.Context, client: Client, result: dict[str, Any], flags: RunFlags, note: str = ""
 ) -> None:
-    """Report a submit answer (``{"run", "created"}``); then watch it if asked to."""
+    """Report a submit answer (``{"run", "created", "warnings"}``); then watch it if asked
+    to. The server's warnings go to stderr, one ``warning:`` line each, also with ``-o
+    json`` (whose stdout stays the answer alone)."""
+    for warning in result.get("warnings") or ():
+        click.echo(f"warning: {warning}", err=True)
     run = result["run"]
     if flags.output == "json" and not flags.watching:
         emit_json(result)

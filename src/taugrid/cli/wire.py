@@ -7,6 +7,8 @@ more. ssl is imported only for https URLs.
 
 from __future__ import annotations
 
+import os
+import select
 import socket
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -77,10 +79,12 @@ def request(
     target: str,
     *,
     headers: Mapping[str, str],
-    body: bytes | None = None,
+    body: bytes | BinaryIO | None = None,
     timeout: float | None = None,
     https: bool = False,
 ) -> Response:
+    """One request. A file ``body`` is sent from where it stands to its end, piece by
+    piece (an upload is never read into memory)."""
     sock = socket.create_connection((host, port), timeout=timeout)
     try:
         if https:
@@ -89,9 +93,14 @@ def request(
             sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
         lines = [f"{method} {target} HTTP/1.1", f"Host: {host}:{port}", "Connection: close"]
         lines += [f"{k}: {v}" for k, v in headers.items()]
-        if body is not None or method in ("POST", "PUT"):
-            lines.append(f"Content-Length: {len(body or b'')}")
-        sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b""))
+        data = body if isinstance(body, bytes) else b""
+        if body is not None and not isinstance(body, bytes):
+            lines.append(f"Content-Length: {os.fstat(body.fileno()).st_size - body.tell()}")
+        elif body is not None or method in ("POST", "PUT"):
+            lines.append(f"Content-Length: {len(data)}")
+        sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + data)
+        if body is not None and not isinstance(body, bytes):
+            _send_file(sock, body)
         reader = sock.makefile("rb")
         status_line = reader.readline(65537)
         parts = status_line.split(None, 2)
@@ -105,3 +114,19 @@ def request(
     except BaseException:
         sock.close()
         raise
+
+
+_PIECE = 256 * 1024
+
+
+def _send_file(sock: socket.socket, f: BinaryIO) -> None:
+    """Send the rest of ``f``; stop early when the server has answered already (it
+    refuses an upload, e.g. over its size limit, without reading the rest): the answer
+    is then read as usual instead of failing on a closed connection."""
+    try:
+        while piece := f.read(_PIECE):
+            if select.select([sock], [], [], 0)[0]:
+                return
+            sock.sendall(piece)
+    except (BrokenPipeError, ConnectionResetError):
+        return  # the answer, if the server sent one, is still there to read

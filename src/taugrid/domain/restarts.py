@@ -4,7 +4,9 @@ The restart policy (``restart: {max, on, backoff}`` in tau.yaml) names failure *
 ``error`` (the workload failed: a non-zero exit, a signal, OOM, a vanished supervisor),
 ``preemption`` and ``hardware``. Some failures never restart: a command that cannot be
 started (exit 126/127: restarting a typo only wastes a GPU), a timeout (the budget is
-spent) and a cancel.
+spent), a cancel, and the disk (``disk``: over the run's own limit, or the disk full):
+a restart writes the same files again into the same space, so it fails again, and on a
+full disk it takes the space other runs need to finish; `tau resume` after freeing space.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ class FailureClass(StrEnum):
     CANCELLED = "cancelled"
     LOST = "lost"
     START_FAILED = "start_failed"
+    DISK = "disk"
 
 
 F = FailureClass
@@ -54,6 +57,8 @@ def failure_class(ex: AttemptExit, verdict: Verdict) -> FailureClass | None:
         Reason.OOM_KILLED: F.OOM,
         Reason.PREEMPTED: F.PREEMPTED,
         Reason.GPU_FAULT: F.HARDWARE,
+        Reason.DISK_LIMIT_EXCEEDED: F.DISK,
+        Reason.DISK_FULL: F.DISK,
     }
     if verdict.reason in by_reason:
         return by_reason[verdict.reason]

@@ -44,6 +44,8 @@ class Reason(StrEnum):
     CANCELLED = "Cancelled"
     TIMEOUT = "Timeout"
     LOST = "Lost"
+    DISK_LIMIT_EXCEEDED = "DiskLimitExceeded"  # the run's files grew over resources.disk
+    DISK_FULL = "DiskFull"  # the disk holding TAU_HOME filled up under the run
     PREEMPTED = "Preempted"
     QUOTA_EXHAUSTED = "QuotaExhausted"
     GPU_FAULT = "GpuFault"
@@ -52,6 +54,9 @@ class Reason(StrEnum):
     # Events that record something about a run without changing its state:
     CHECKPOINT_SKIPPED = "CheckpointSkipped"
     FILES_REMOVED = "FilesRemoved"
+    # The supervisor vanished without a result; its leftover processes are being stopped
+    # (the run keeps its GPUs until none is left).
+    SUPERVISOR_LOST = "SupervisorLost"
 
 
 S = RunState

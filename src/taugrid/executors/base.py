@@ -25,17 +25,21 @@ class LaunchRequest:
     timeout_s: float | None
     outputs: list[str] = field(default_factory=list)
     secret_files: dict[str, str] = field(default_factory=dict)  # env name -> file with the value
+    disk_limit_bytes: int | None = None  # the run's files may take this much (resources.disk)
 
 
 @dataclass(frozen=True)
 class Observation:
     """What the executor sees of one attempt right now."""
 
-    phase: str  # starting | running | exited
+    phase: str  # starting | running | stopping | exited
     started_at: float | None = None
     finished_at: float | None = None
     exit: AttemptExit | None = None
     pid: int | None = None
+    # phase "stopping": the supervisor vanished and leftover processes are being stopped;
+    # the run keeps its resources meanwhile. ``detail`` says so in words.
+    detail: str | None = None
 
 
 class Executor(Protocol):

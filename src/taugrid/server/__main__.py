@@ -16,6 +16,9 @@ from taugrid.net import is_loopback_host
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Everything the server and its supervisors create in TAU_HOME is private from the
+    # start (private_home checks what already exists).
+    os.umask(0o077)
     ap = argparse.ArgumentParser(prog="tau-server")
     ap.add_argument("--home", type=Path, default=None)
     ap.add_argument("--host", default="127.0.0.1")
@@ -40,6 +43,49 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--oidc-user-claim", default=None, help="Claim naming the user (email)")
     ap.add_argument("--oidc-groups-claim", default=None, help="Claim listing groups (groups)")
+    ap.add_argument(
+        "--min-free-disk",
+        default=None,
+        help="Refuse new runs while TAU_HOME's disk has less free, e.g. 256Mi or 1%% "
+        "(default TAU_MIN_FREE_DISK or 256Mi; 0: off)",
+    )
+    ap.add_argument(
+        "--run-disk-limit",
+        default=None,
+        help="Disk space a run's files may take unless its resources.disk says, e.g. 20Gi "
+        "(default TAU_RUN_DISK_LIMIT, or no limit)",
+    )
+    ap.add_argument(
+        "--trusted-proxy",
+        action="append",
+        default=[],
+        metavar="CIDR",
+        help="A reverse proxy whose X-Forwarded-For names the client (repeatable; default "
+        "TAU_TRUSTED_PROXIES)",
+    )
+    ap.add_argument(
+        "--isolation",
+        choices=("none", "sandbox"),
+        default=None,
+        help="Run workloads as the server's user (none) or each in a sandbox seeing only its "
+        "own run (sandbox; required with --shared). Default TAU_ISOLATION, else sandbox "
+        "when shared, none otherwise",
+    )
+    ap.add_argument("--bwrap", default=None, help="bubblewrap binary (default TAU_BWRAP or bwrap)")
+    ap.add_argument(
+        "--sandbox-bind",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="Show PATH read-only in every sandbox (repeatable; default TAU_SANDBOX_BINDS)",
+    )
+    ap.add_argument(
+        "--workload-uids",
+        default=None,
+        metavar="FIRST-LAST",
+        help="Uids for sandboxed runs when the server runs as root, one per run (default "
+        "TAU_WORKLOAD_UIDS or 2000000-2999999)",
+    )
     args = ap.parse_args(argv)
     if not args.shared and not is_loopback_host(args.host):
         print(
@@ -59,9 +105,12 @@ def main(argv: list[str] | None = None) -> int:
     from taugrid.server.settings import ServerSettings, parse_retention
 
     home = (args.home or tau_home()).resolve()
-    home.mkdir(parents=True, exist_ok=True)
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    from taugrid.server.private_home import tighten
+
+    tighten(home)
     # One server per TAU_HOME: the lock lives as long as this process, even after kill -9.
     lock = os.open(home / "server.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
@@ -80,7 +129,19 @@ def main(argv: list[str] | None = None) -> int:
         oidc_client_secret_file=args.oidc_client_secret_file,
         oidc_user_claim=args.oidc_user_claim,
         oidc_groups_claim=args.oidc_groups_claim,
+        trusted_proxies=tuple(args.trusted_proxy) or None,
+        min_free_disk=args.min_free_disk,
+        run_disk_limit=args.run_disk_limit,
+        isolation=args.isolation,
+        bwrap=args.bwrap,
+        sandbox_binds=tuple(args.sandbox_bind) or None,
+        workload_uids=args.workload_uids,
     )
+    from taugrid.server.diskspace import check_disk_settings
+
+    if problem := check_disk_settings(settings.min_free_disk, settings.run_disk_limit):
+        print(problem, file=sys.stderr)
+        return 2
     if args.shared:
         settings = dataclasses.replace(settings, shared=True)
     if args.retention:
@@ -96,12 +157,35 @@ def main(argv: list[str] | None = None) -> int:
         except UsageError as exc:
             print(exc.message, file=sys.stderr)
             return 2
+    from taugrid.errors import UsageError
+    from taugrid.server.client_address import parse_trusted_proxies
+
+    try:
+        parse_trusted_proxies(settings.trusted_proxies)
+    except UsageError as exc:
+        print(exc.message, file=sys.stderr)
+        return 2
+    from taugrid.server import sandboxing
+
+    if problem := sandboxing.settings_problem(settings):
+        print(problem, file=sys.stderr)
+        return 2
+    if problem := sandboxing.check(settings):  # before anything is published
+        print(problem, file=sys.stderr)
+        return 1
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((settings.host, settings.port))
+    sock.listen()  # connections queue from now on: server.json may name this port at once
     port = sock.getsockname()[1]
     app = create_app(settings, public_url=f"http://{settings.host}:{port}")
-    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=3)
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=3,
+        proxy_headers=False,  # X-Forwarded-For counts only from --trusted-proxy (the app's)
+    )
     uvicorn.Server(config).run(sockets=[sock])
     return 0
 

@@ -1,7 +1,10 @@
-"""/api/v1/whoami and platform administration: workspaces, members, users, tokens, audit.
+"""/api/v1/whoami and administration: workspaces, members, users, tokens, audit.
 
-Every admin endpoint answers 404 to a non-admin (no hint that it exists); every change
-is written to the audit log.
+Users, tokens, creating and deleting workspaces and the audit log are for platform
+admins; a workspace's members are also managed by that workspace's ``admin`` role, and
+its admins see it in the workspace list. Everyone else gets 404 (no hint that the
+endpoint, or the workspace, exists). Every change, allowed or refused, is written to the
+audit log.
 """
 
 from __future__ import annotations
@@ -11,8 +14,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, Field
 
-from taugrid.domain.access import ROLES, Caller
-from taugrid.errors import Conflict, UsageError
+from taugrid.domain.access import ROLES, Caller, administered_workspaces, can_manage_members
+from taugrid.errors import Conflict, NotFound, UsageError
 from taugrid.server.audit import audited
 from taugrid.server.routes import require_admin
 from taugrid.spec.models import NAME_PATTERN
@@ -47,6 +50,13 @@ def _identity(request: Request) -> IdentityStore:
     return store
 
 
+def require_member_manager(request: Request, workspace: str) -> None:
+    """A platform admin, or an admin of this workspace; 404 for everyone else."""
+    caller: Caller = request.state.caller
+    if not can_manage_members(caller, workspace):
+        raise NotFound("not found")
+
+
 @router.get("/whoami")
 def whoami(request: Request) -> dict[str, Any]:
     caller: Caller = request.state.caller
@@ -62,21 +72,25 @@ def whoami(request: Request) -> dict[str, Any]:
 # -- workspaces and members ----------------------------------------------------------------
 @router.post("/admin/workspaces", status_code=201)
 def create_workspace(body: NewWorkspace, request: Request) -> dict[str, Any]:
-    require_admin(request)
     with audited(request, "workspace.create", target=body.name, workspace=body.name):
+        require_admin(request)
         return _identity(request).create_workspace(body.name)
 
 
 @router.get("/admin/workspaces")
 def list_workspaces(request: Request) -> dict[str, Any]:
-    require_admin(request)
-    return {"workspaces": _identity(request).workspaces()}
+    """Every workspace for platform admins; a workspace admin sees the ones they manage."""
+    managed = administered_workspaces(request.state.caller)
+    if managed is not None and not managed:
+        raise NotFound("not found")
+    rows = _identity(request).workspaces()
+    return {"workspaces": [w for w in rows if managed is None or w["name"] in managed]}
 
 
 @router.delete("/admin/workspaces/{name}", status_code=204)
 def delete_workspace(name: str, request: Request) -> Response:
-    require_admin(request)
     with audited(request, "workspace.delete", target=name, workspace=name):
+        require_admin(request)
         svc = request.app.state.service
         unfinished = [
             r
@@ -91,8 +105,8 @@ def delete_workspace(name: str, request: Request) -> Response:
 
 @router.put("/admin/workspaces/{workspace}/members/{user}")
 def set_member(workspace: str, user: str, body: Membership, request: Request) -> dict[str, Any]:
-    require_admin(request)
     with audited(request, "member.set", target=f"{user}={body.role}", workspace=workspace):
+        require_member_manager(request, workspace)
         if body.role not in ROLES:
             raise UsageError(f"unknown role '{body.role}'; roles: {', '.join(ROLES)}")
         return _identity(request).set_member(workspace, user, body.role)
@@ -100,8 +114,8 @@ def set_member(workspace: str, user: str, body: Membership, request: Request) ->
 
 @router.delete("/admin/workspaces/{workspace}/members/{user}", status_code=204)
 def remove_member(workspace: str, user: str, request: Request) -> Response:
-    require_admin(request)
     with audited(request, "member.remove", target=user, workspace=workspace):
+        require_member_manager(request, workspace)
         _identity(request).remove_member(workspace, user)
     return Response(status_code=204)
 
@@ -109,8 +123,8 @@ def remove_member(workspace: str, user: str, request: Request) -> Response:
 # -- users and tokens ----------------------------------------------------------------------
 @router.post("/admin/users", status_code=201)
 def add_user(body: NewUser, request: Request) -> dict[str, Any]:
-    require_admin(request)
     with audited(request, "user.add", target=body.name):
+        require_admin(request)
         return _identity(request).add_user(body.name, kind=body.kind, admin=body.admin)
 
 
@@ -122,15 +136,15 @@ def list_users(request: Request) -> dict[str, Any]:
 
 @router.post("/admin/users/{name}/disable")
 def disable_user(name: str, request: Request) -> dict[str, Any]:
-    require_admin(request)
     with audited(request, "user.disable", target=name):
+        require_admin(request)
         return _identity(request).disable_user(name)
 
 
 @router.post("/admin/tokens", status_code=201)
 def create_token(body: NewToken, request: Request) -> dict[str, Any]:
-    require_admin(request)
     with audited(request, "token.create", target=body.user) as entry:
+        require_admin(request)
         made = _identity(request).create_token(
             body.user, name=body.name, expires_in_s=body.expires_in_s
         )
@@ -146,8 +160,8 @@ def list_tokens(request: Request, user: str | None = None) -> dict[str, Any]:
 
 @router.delete("/admin/tokens/{tid}", status_code=204)
 def revoke_token(tid: str, request: Request) -> Response:
-    require_admin(request)
     with audited(request, "token.revoke", target=tid):
+        require_admin(request)
         _identity(request).revoke_token(tid)
     return Response(status_code=204)
 

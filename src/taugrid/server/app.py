@@ -11,24 +11,32 @@ from pathlib import Path
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DBAPIError
+from starlette.concurrency import run_in_threadpool
 
 from taugrid import __version__
-from taugrid.errors import Conflict, TauError
+from taugrid.errors import Conflict, DiskFull, TauError
 from taugrid.executors.local.executor import LocalExecutor
 from taugrid.executors.local.gpus import machine_cpus_millis, machine_memory_bytes, probe_gpus
 from taugrid.executors.local.secrets import LocalSecretStore
 from taugrid.home import server_info_path, token_path
+from taugrid.server import error_answers
 from taugrid.server.access_routes import router as access_router
 from taugrid.server.auth import Authenticator, ensure_token
+from taugrid.server.client_address import parse_trusted_proxies, request_source
+from taugrid.server.diskspace import DiskSpace, is_disk_full, parse_headroom
 from taugrid.server.engine import RunEngine
 from taugrid.server.oidc import SESSION_COOKIE, oidc_login
 from taugrid.server.oidc_routes import router as oidc_router
 from taugrid.server.queueing import Machine, Queueing
-from taugrid.server.routes import require_admin, router
+from taugrid.server.request_guard import RequestGuard, bounded_json
+from taugrid.server.routes import router
+from taugrid.server.sandboxing import sandbox_policy
 from taugrid.server.schemas import Health
 from taugrid.server.secret_routes import router as secret_router
 from taugrid.server.services import RunService
 from taugrid.server.settings import ServerSettings
+from taugrid.spec.units import quantity_bytes
 from taugrid.store import RunStore, connect
 from taugrid.store.identity import IdentityStore
 from taugrid.store.policies import PolicyStore
@@ -53,7 +61,15 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
         )
         queueing = Queueing(PolicyStore(db), machine)
         notify = f"{public_url}/api/v1/internal/attempt-status" if public_url else None
-        executor = LocalExecutor(settings.runs_dir, notify_url=notify, token_file=token_path(home))
+        executor = LocalExecutor(
+            settings.runs_dir,
+            notify_url=notify,
+            token_file=token_path(home),
+            sandbox=sandbox_policy(settings),  # None: workloads run as the server's user
+        )
+        # Headroom for new work and a reserve for state changes (server/diskspace.py).
+        disk = app.state.disk = DiskSpace(home, parse_headroom(settings.min_free_disk))
+        disk.maintain()
         engine = RunEngine(
             store,
             executor,
@@ -62,8 +78,14 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
             poll_interval_s=settings.poll_interval_s,
             retention_s=settings.retention_s,
             secrets_dir=home / "secrets",
+            disk=disk,
+            run_disk_limit_bytes=(
+                quantity_bytes(settings.run_disk_limit) if settings.run_disk_limit else None
+            ),
         )
         secrets = LocalSecretStore(home / "secrets")
+        if moved := secrets.migrate_flat_layout():  # secrets of before workspaces
+            log.info("moved %d secrets of the flat layout into workspace 'default'", moved)
         identity = IdentityStore(db)
         if settings.shared:
             bootstrap_admin(identity, home)
@@ -95,10 +117,30 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
         docs_url="/api/v1/docs",
         redoc_url=None,
     )
+    app.state.trusted_proxies = parse_trusted_proxies(settings.trusted_proxies)
+    # JSON bodies bounded, unhandled errors answered as JSON (server/request_guard.py: a
+    # plain ASGI wrapper, about 15 us a request, not Starlette's costly BaseHTTPMiddleware),
+    # and every error in the documented shape, never echoing the request (error_answers.py).
+    app.add_middleware(RequestGuard)
+    error_answers.install(app)
 
-    @app.exception_handler(TauError)
-    async def tau_error(_request: Request, exc: TauError) -> JSONResponse:
-        return _error(exc)
+    async def disk_full(request: Request, exc: Exception) -> JSONResponse:
+        # Any "no space" error (ENOSPC, EDQUOT, SQLite or PostgreSQL full) is the JSON
+        # disk_full error; anything else goes on to the generic 500.
+        if not is_disk_full(exc):
+            raise exc
+        disk: DiskSpace | None = getattr(request.app.state, "disk", None)
+        if disk is not None:
+            disk.note_full()  # the reserve goes back so state changes can commit
+        return _error(
+            DiskFull(
+                "the disk holding TAU_HOME is full; nothing was changed. Free some space "
+                "(e.g. remove finished runs' files) and try again"
+            )
+        )
+
+    app.add_exception_handler(OSError, disk_full)
+    app.add_exception_handler(DBAPIError, disk_full)
 
     @app.get("/healthz", response_model=Health)
     def healthz(request: Request) -> Health:
@@ -110,24 +152,29 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
     # middleware wrapper costs more per request than the rest of a small request).
     app.include_router(router, dependencies=[Depends(require_token)])
     app.include_router(access_router, dependencies=[Depends(require_token)])
-    app.include_router(secret_router, dependencies=[Depends(require_token), Depends(_admin_only)])
-    app.include_router(oidc_router)  # login: no token yet
+    app.include_router(secret_router, dependencies=[Depends(require_token)])
+    app.include_router(oidc_router, dependencies=[Depends(bounded_json)])  # login: no token yet
     return app
 
 
-def require_token(request: Request) -> None:
-    """Who calls: request.state.caller for the routes; 401 (or 429) otherwise."""
-    source = request.client.host if request.client else "unknown"
+async def require_token(request: Request) -> None:
+    """Who calls: request.state.caller for the routes; 401 (or 429) otherwise. Then the
+    JSON body's nesting bound (``bounded_json``: one dependency does both, each costs).
+
+    Async so that the local token, most requests of a local server, is checked on the
+    event loop: a sync dependency costs a hop through the thread pool per request. API
+    tokens are looked up in the database, in the thread pool.
+    """
+    source = request_source(request)  # the peer, or the client a trusted proxy names
     auth: Authenticator = request.app.state.auth
     header = request.headers.get("authorization")
     if header is None and SESSION_COOKIE in request.cookies:  # the portal's OIDC session
         header = f"Bearer {request.cookies[SESSION_COOKIE]}"
-    request.state.caller = auth.caller(header, source)
-
-
-def _admin_only(request: Request) -> None:
-    # Secrets are one store per server for now: only platform admins manage them.
-    require_admin(request)
+    caller = auth.local_caller(header)
+    if caller is None:
+        caller = await run_in_threadpool(auth.caller, header, source)
+    request.state.caller = caller
+    await bounded_json(request)
 
 
 def bootstrap_admin(identity: IdentityStore, home: Path) -> None:

@@ -10,6 +10,7 @@ from fastapi import Request
 
 from taugrid.domain.access import Caller
 from taugrid.errors import TauError
+from taugrid.server.client_address import request_source
 from taugrid.store.identity import IdentityStore
 
 MAX_TARGET = 2000
@@ -27,7 +28,7 @@ def audited(
         "action": action,
         "target": target,
         "workspace": workspace,
-        "source": request.client.host if request.client else None,
+        "source": request_source(request),  # behind a trusted proxy: the forwarded client
         "detail": None,
     }
     identity: IdentityStore = request.app.state.identity

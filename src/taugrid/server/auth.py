@@ -1,5 +1,10 @@
 """Who is calling: the local token file (the machine's owner, an implicit admin), or an API
-token from the identity store. Failed attempts are rate limited per source address.
+token from the identity store.
+
+Failed attempts are rate limited per (source address, presented token id), and only
+after the token was checked: a valid token is always accepted, so nobody at the same
+address (behind one NAT or proxy, everyone) can lock its owner out by sending wrong
+secrets for its id.
 """
 
 from __future__ import annotations
@@ -11,16 +16,27 @@ import os
 import secrets
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from taugrid.domain.access import Caller
 from taugrid.errors import AuthError, RateLimited
-from taugrid.store.identity import IdentityStore
+from taugrid.store.identity import IdentityStore, parse_token
 
-MAX_FAILURES = 10  # per source, within FAILURE_WINDOW_S, before it is blocked
+MAX_FAILURES = 10  # per (source, token id), within FAILURE_WINDOW_S, before it is blocked
 FAILURE_WINDOW_S = 60.0
 BLOCK_S = 60.0
+# Memory stays bounded whatever an attacker sends: at most this many (source, id) pairs
+# are tracked (the least recently failed are forgotten first), each with at most
+# MAX_FAILURES times. Forgetting a pair only lets it fail a few more times: the limiter
+# never decides who is let in, the token check does.
+MAX_TRACKED = 10_000
+NO_TOKEN_ID = "-"  # the bucket of headers without a tau_<id>_ token (or none at all)
+
+Key = tuple[str, str]
+V = TypeVar("V")
 
 
 def ensure_token(path: Path) -> str:
@@ -45,33 +61,75 @@ def token_matches(header: str | None, token: str) -> bool:
     return hmac.compare_digest(header[7:].strip().encode(), token.encode())
 
 
-class FailureLimiter:
-    """Counts failed authentications per source; blocks a source that fails too often."""
+def presented_token_id(header: str | None) -> str:
+    """The public id of a ``Bearer tau_<id>_<secret>`` header; one shared bucket for
+    anything else (the local token, garbage, no header)."""
+    if header and header.startswith("Bearer "):
+        parsed = parse_token(header[7:].strip())
+        if parsed is not None:
+            return parsed[0]
+    return NO_TOKEN_ID
 
-    def __init__(self) -> None:
-        self._fails: dict[str, deque[float]] = {}
-        self._blocked_until: dict[str, float] = {}
+
+class FailureLimiter:
+    """Counts failed authentications per key; a key that failed ``max_failures`` times
+    within ``window_s`` is blocked for ``block_s``. Both tables are capped at
+    ``max_tracked`` keys, least recently touched out first."""
+
+    def __init__(
+        self,
+        *,
+        max_failures: int = MAX_FAILURES,
+        window_s: float = FAILURE_WINDOW_S,
+        block_s: float = BLOCK_S,
+        max_tracked: int = MAX_TRACKED,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.max_failures = max_failures
+        self.window_s = window_s
+        self.block_s = block_s
+        self.max_tracked = max_tracked
+        self.clock = clock
+        self._fails: OrderedDict[Key, deque[float]] = OrderedDict()
+        self._blocked_until: OrderedDict[Key, float] = OrderedDict()
         self._lock = threading.Lock()
 
-    def check(self, source: str) -> None:
+    def blocked_for(self, key: Key) -> float:
+        """Seconds the key stays blocked; 0 when it is not."""
+        now = self.clock()
         with self._lock:
-            until = self._blocked_until.get(source)
-            if until is not None and time.monotonic() < until:
-                raise RateLimited(
-                    f"too many failed logins from {source}; try again in "
-                    f"{until - time.monotonic():.0f}s"
-                )
+            until = self._blocked_until.get(key)
+            if until is None:
+                return 0.0
+            if until <= now:
+                del self._blocked_until[key]
+                return 0.0
+            return until - now
 
-    def failed(self, source: str) -> None:
-        now = time.monotonic()
+    def failed(self, key: Key) -> None:
+        now = self.clock()
         with self._lock:
-            q = self._fails.setdefault(source, deque())
-            q.append(now)
-            while q and q[0] < now - FAILURE_WINDOW_S:
-                q.popleft()
-            if len(q) >= MAX_FAILURES:
-                self._blocked_until[source] = now + BLOCK_S
-                q.clear()
+            times = self._fails.pop(key, None)
+            if times is None:
+                times = deque(maxlen=self.max_failures)
+            times.append(now)
+            if len(times) == self.max_failures and times[0] > now - self.window_s:
+                self._blocked_until.pop(key, None)
+                self._blocked_until[key] = now + self.block_s
+                _trim(self._blocked_until, self.max_tracked)
+                return  # the block starts afresh: old failures are not carried over
+            self._fails[key] = times  # re-inserted: now the most recent
+            _trim(self._fails, self.max_tracked)
+
+    def tracked(self) -> int:
+        """How many keys the tables hold (for tests of the memory bound)."""
+        with self._lock:
+            return len(self._fails) + len(self._blocked_until)
+
+
+def _trim(table: OrderedDict[Key, V], cap: int) -> None:
+    while len(table) > cap:
+        table.popitem(last=False)
 
 
 class Authenticator:
@@ -81,14 +139,28 @@ class Authenticator:
         self.limiter = FailureLimiter()
         self.local_user = getpass.getuser()
 
-    def caller(self, header: str | None, source: str) -> Caller:
-        self.limiter.check(source)
+    def local_caller(self, header: str | None) -> Caller | None:
+        """The machine's owner if the header holds the local token (no I/O); else None."""
         if token_matches(header, self.local_token):
             return Caller(self.local_user, admin=True, auth="local")
-        found = None
+        return None
+
+    def caller(self, header: str | None, source: str) -> Caller:
+        """The caller a header stands for; AuthError (401) or, for a (source, token id)
+        that failed too often, RateLimited (429). The token is checked first."""
+        local = self.local_caller(header)
+        if local is not None:
+            return local
         if header and header.startswith("Bearer "):
             found = self.identity.authenticate(header[7:].strip())
-        if found is None:
-            self.limiter.failed(source)
-            raise AuthError("missing, wrong, expired or revoked API token")
-        return found
+            if found is not None:
+                return found
+        key = (source, presented_token_id(header))
+        wait = self.limiter.blocked_for(key)
+        if wait > 0:
+            raise RateLimited(
+                f"too many failed authentications with this token from your address; "
+                f"try again in {wait:.0f}s"
+            )
+        self.limiter.failed(key)
+        raise AuthError("missing, wrong, expired or revoked API token")

@@ -8,6 +8,7 @@ process ended while the server was down.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -28,6 +29,7 @@ from taugrid.errors import Conflict
 from taugrid.executors.base import Observation
 from taugrid.executors.local.executor import LocalExecutor
 from taugrid.executors.local.secrets import LocalSecretStore
+from taugrid.server.diskspace import DiskSpace, full_message, is_disk_full, run_disk_limit
 from taugrid.server.housekeeping import Housekeeping
 from taugrid.server.launching import AttemptLauncher, restart_policy_of
 from taugrid.server.queueing import Queueing
@@ -51,6 +53,8 @@ class RunEngine:
         poll_interval_s: float = 0.5,
         retention_s: float | None = None,
         secrets_dir: Path | None = None,
+        disk: DiskSpace | None = None,
+        run_disk_limit_bytes: int | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
@@ -75,6 +79,10 @@ class RunEngine:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._cancels_sent: set[tuple[str, int]] = set()
+        self._lost_noted: set[tuple[str, int]] = set()  # SupervisorLost events written
+        self._failing: set[str] = set()  # runs whose step raised (logged once each)
+        self.disk = disk
+        self.run_disk_limit_bytes = run_disk_limit_bytes  # when resources.disk is not set
         self._thread: threading.Thread | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -107,17 +115,21 @@ class RunEngine:
             self._wake.clear()
             try:
                 self.step()
-            except Exception:  # the loop must outlive any one bad run or DB hiccup
+            except Exception as exc:  # the loop must outlive any one bad run or DB hiccup
+                if self.disk is not None and is_disk_full(exc):
+                    self.disk.note_full()  # the reserve goes back for the state changes
                 log.exception("engine pass failed")
             cost = time.monotonic() - last
             self._wake.wait(self.poll_interval_s)
 
     # -- one pass -----------------------------------------------------------------------
     def step(self) -> None:
+        if self.disk is not None:
+            self.disk.maintain()
         for run in self.store.in_states([S.ADMITTED, S.RUNNING], light=True):
-            self._reconcile_active(run)
+            self._isolated(self._reconcile_active, run)
         for run in self.store.in_states([S.RESTARTING], light=True):
-            self._requeue_restarting(run)
+            self._isolated(self._requeue_restarting, run)
         # Scheduling is the costly part of a pass; it is needed only when a run arrived,
         # left or changed queue, or the policy changed (and now and then, as a safety net).
         if self._dirty or time.monotonic() - self._scheduled_at > RESCHEDULE_EVERY_S:
@@ -125,6 +137,21 @@ class RunEngine:
             self._scheduled_at = time.monotonic()
             self._schedule()
         self.housekeeping.sweep()
+
+    def _isolated(self, step: Callable[[Row], None], run: Row) -> None:
+        """One run's step; what goes wrong with it (its workload controls files the engine
+        reads) is logged once and must not stop the pass for every other run. A full disk
+        is the exception: it concerns everyone, so the pass stops for the loop to handle."""
+        try:
+            step(run)
+        except Exception as exc:
+            if is_disk_full(exc):
+                raise
+            if run["id"] not in self._failing:
+                self._failing.add(run["id"])
+                log.exception("engine step for run %s failed; other runs go on", run["id"])
+        else:
+            self._failing.discard(run["id"])
 
     def _reconcile_active(self, run: Row) -> None:
         rid, attempt = run["id"], run["attempt_count"] - 1
@@ -147,6 +174,12 @@ class RunEngine:
                 fields={"started_at": obs.started_at},
                 attempt_update={"started_at": obs.started_at},
             )
+        if obs.phase == "stopping":  # still holds its GPUs until its processes are gone
+            if (rid, attempt) not in self._lost_noted:
+                self._lost_noted.add((rid, attempt))
+                self.store.note(rid, Reason.SUPERVISOR_LOST, obs.detail or "supervisor lost")
+            return
+        self._lost_noted.discard((rid, attempt))
         if obs.phase == "exited":
             self._finish(run, obs)
         else:
@@ -267,7 +300,17 @@ class RunEngine:
             self.wake()  # signal the victims on the next pass
         by_id = {r["id"]: r for r in queued}
         in_use = self.store.gpus_in_use()
+        short = self.disk.short_by() if self.disk is not None and decisions.admissions else None
         for adm in decisions.admissions:
+            if short is not None:  # no new work onto a full disk; it waits in its place
+                pending[adm.workload_id] = Pending(
+                    adm.workload_id,
+                    adm.cluster_queue,
+                    1,
+                    "DiskFull",
+                    full_message("launch", *short),
+                )
+                continue
             run = by_id[adm.workload_id]
             need = int((run["requests"] or {}).get("gpu") or run["gpus"])
             gpus = self.queueing.pick_devices(adm.flavor, need, in_use)
@@ -307,7 +350,9 @@ class RunEngine:
 
     def _launch(self, run: Row, attempt: int) -> None:
         try:
-            self.executor.launch(self.launcher.request(run, attempt))
+            req = self.launcher.request(run, attempt)
+            limit = run_disk_limit(run["spec_resolved"], self.run_disk_limit_bytes)
+            self.executor.launch(dataclasses.replace(req, disk_limit_bytes=limit))
         except Exception as exc:  # a run that cannot start must fail visibly, not hang
             log.exception("launch of %s failed", run["id"])
             self._move(

@@ -98,7 +98,15 @@ class AttemptLauncher:
             # Paths, not values: the supervisor reads them into the workload's environment
             # only, so no launch file, log or record ever holds a secret. A secret deleted
             # since submit fails the attempt there, like a command that cannot start.
-            secret_files=secret_files(self.secrets, spec.get("secrets") or {}, must_exist=False),
+            # Each reference resolves among the submitter's personal secrets in the run's
+            # workspace, then the workspace's: never another workspace's.
+            secret_files=secret_files(
+                self.secrets,
+                run["workspace"],
+                run["submitter"],
+                spec.get("secrets") or {},
+                must_exist=False,
+            ),
         )
 
     def _resume_point(self, run: Row, attempt: int) -> str | None:

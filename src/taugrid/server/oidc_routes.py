@@ -10,6 +10,7 @@ from fastapi import APIRouter, Body, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from taugrid.errors import NotFound, TauError
+from taugrid.server.client_address import request_source
 from taugrid.server.oidc import (
     DEVICE_TTL_S,
     NOT_CONFIGURED,
@@ -36,7 +37,7 @@ def _base(request: Request) -> str:
 
 
 def _source(request: Request) -> str | None:
-    return request.client.host if request.client else None
+    return request_source(request)
 
 
 def _page(title: str, text: str, status: int = 200) -> HTMLResponse:

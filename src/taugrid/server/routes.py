@@ -2,18 +2,29 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any
 
+import anyio.from_thread
 from fastapi import APIRouter, Header, Query, Request, Response
-from fastapi.responses import FileResponse, StreamingResponse
+from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
 
 from taugrid.domain.access import Caller, visible_workspaces
+from taugrid.domain.credentials import inline_credential_warnings
+from taugrid.domain.submit_limits import (
+    MAX_BATCH_BODY_BYTES,
+    MAX_NAME_CHARS,
+    MAX_SUBMIT_BODY_BYTES,
+    is_workspace_name,
+)
 from taugrid.errors import NotFound, TauError
 from taugrid.server.audit import audited
+from taugrid.server.bodylimit import limited_route
 from taugrid.server.launching import restart_policy_of
 from taugrid.server.queueing import PolicyInForce
 from taugrid.server.run_files import checkpoint_out
+from taugrid.server.safe_files import fd_response
 from taugrid.server.schemas import (
     ArtifactList,
     ArtifactOut,
@@ -99,35 +110,68 @@ def run_out(r: Row, request: Request) -> RunOut:
 
 
 @router.head("/snapshots/{digest}")
-def head_snapshot(digest: str, request: Request) -> Response:
-    return Response(status_code=200 if _svc(request).has_snapshot(digest) else 404)
+def head_snapshot(digest: str, request: Request, workspace: str = "default") -> Response:
+    """200 when ``digest`` was uploaded for ``workspace`` and the caller may read it; 404
+    otherwise, whatever other workspaces have."""
+    found = _svc(request).has_snapshot(digest, workspace)
+    return Response(status_code=200 if found else 404)
 
 
 @router.put("/snapshots/{digest}", status_code=201)
-async def put_snapshot(digest: str, request: Request) -> dict[str, str]:
-    import io
+async def put_snapshot(digest: str, request: Request, workspace: str = "default") -> dict[str, str]:
+    """Upload a snapshot for ``workspace`` (submit rights needed). The body goes to disk as
+    it arrives, hashed on the way, and stops being read the moment it passes the limit."""
+    body = request.stream()
 
-    body = await request.body()  # archives are capped by the client's snapshot size limit
-    _svc(request).put_snapshot(digest, io.BytesIO(body))
+    def next_piece() -> bytes | None:  # called from the worker thread
+        try:
+            return anyio.from_thread.run(body.__anext__)
+        except StopAsyncIteration:
+            return None
+
+    # File and database work runs in a worker thread; only the socket reads are here.
+    await run_in_threadpool(_store_snapshot, request, digest, workspace, next_piece)
     return {"digest": digest}
 
 
-@router.post("/runs", response_model=SubmitResponse)
+def _store_snapshot(
+    request: Request, digest: str, workspace: str, next_piece: Callable[[], bytes | None]
+) -> None:
+    svc = _svc(request)
+    declared = request.headers.get("content-length")
+    shown = _audit_workspace(workspace)
+    with audited(request, "snapshot.upload", target=digest[:64], workspace=shown):
+        upload = svc.start_snapshot_upload(
+            digest, workspace, int(declared) if declared and declared.isdigit() else None
+        )
+        try:
+            while (piece := next_piece()) is not None:
+                upload.write(piece)
+            svc.finish_snapshot_upload(upload, workspace)
+        finally:
+            upload.discard()
+
+
+@limited_route(router, "POST", "/runs", MAX_SUBMIT_BODY_BYTES, response_model=SubmitResponse)
 def submit(
     req: SubmitRequest,
     request: Request,
     response: Response,
     idempotency_key: Annotated[str | None, Header()] = None,
 ) -> SubmitResponse:
-    workspace = str(req.resolved.get("workspace") or "default")
+    workspace = _audit_workspace(req.resolved.get("workspace") or "default")
     with audited(request, "run.submit", workspace=workspace) as entry:
         run, created = _svc(request).submit(req, idempotency_key)
         entry["target"] = run["id"]
     response.status_code = 201 if created else 200
-    return SubmitResponse(run=run_out(run, request), created=created)
+    return SubmitResponse(
+        run=run_out(run, request), created=created, warnings=submit_warnings(run, req)
+    )
 
 
-@router.post("/runs/batch", response_model=BatchSubmitResponse)
+@limited_route(
+    router, "POST", "/runs/batch", MAX_BATCH_BODY_BYTES, response_model=BatchSubmitResponse
+)
 def submit_batch(body: BatchSubmitRequest, request: Request) -> BatchSubmitResponse:
     """Submit many runs in one request and one durable commit (sweeps, job arrays):
     all are recorded or, when any is invalid, none."""
@@ -135,10 +179,30 @@ def submit_batch(body: BatchSubmitRequest, request: Request) -> BatchSubmitRespo
     with audited(request, "run.submit") as entry:
         results = _svc(request).submit_many(items)
         entry["target"] = ",".join(r["id"] for r, _ in results)
-        entry["workspace"] = ",".join(sorted({r["workspace"] for r, _ in results}))
+        entry["workspace"] = _audit_workspace(
+            ",".join(sorted({r["workspace"] for r, _ in results}))
+        )
     return BatchSubmitResponse(
-        results=[SubmitResponse(run=run_out(r, request), created=c) for r, c in results]
+        results=[
+            SubmitResponse(run=run_out(r, request), created=c, warnings=submit_warnings(r, item))
+            for (r, c), item in zip(results, body.runs, strict=True)
+        ]
     )
+
+
+def _audit_workspace(value: object) -> str | None:
+    """The workspace for the audit entry: a request may name anything (a NUL, a megabyte)
+    and the column holds a workspace name; anything else is left out."""
+    if isinstance(value, str) and all(is_workspace_name(w) for w in value.split(",")):
+        return value if len(value) <= MAX_NAME_CHARS["workspace"] else None
+    return None
+
+
+def submit_warnings(run: Row, req: SubmitRequest) -> list[str]:
+    """What the submitter should know about an accepted run: env values that look like
+    credentials (stored in clear in the record), without the values."""
+    env = req.resolved.get("env")
+    return inline_credential_warnings(env, run["workspace"]) if isinstance(env, dict) else []
 
 
 @router.post("/runs/cancel", response_model=CancelResponse)
@@ -233,9 +297,9 @@ def list_checkpoints(
     )
 
 
-@router.get("/runs/{ref}/checkpoints/{step}/files/{path:path}", response_class=FileResponse)
-def get_checkpoint_file(ref: str, step: int, path: str, request: Request) -> FileResponse:
-    return FileResponse(_svc(request).checkpoint_file(ref, step, path))
+@router.get("/runs/{ref}/checkpoints/{step}/files/{path:path}", response_class=StreamingResponse)
+def get_checkpoint_file(ref: str, step: int, path: str, request: Request) -> StreamingResponse:
+    return fd_response(_svc(request).open_checkpoint_file(ref, step, path))
 
 
 @router.get("/runs/{ref}/metrics", response_model=MetricSeries)
@@ -276,9 +340,9 @@ def list_artifacts(ref: str, request: Request) -> ArtifactList:
     return ArtifactList(run_id=run_id, artifacts=[ArtifactOut(**f) for f in files])
 
 
-@router.get("/runs/{ref}/artifacts/{path:path}", response_class=FileResponse)
-def get_artifact(ref: str, path: str, request: Request) -> FileResponse:
-    return FileResponse(_svc(request).artifact_path(ref, path))
+@router.get("/runs/{ref}/artifacts/{path:path}", response_class=StreamingResponse)
+def get_artifact(ref: str, path: str, request: Request) -> StreamingResponse:
+    return fd_response(_svc(request).open_artifact(ref, path))
 
 
 @router.post("/internal/attempt-status", status_code=204)
@@ -298,10 +362,14 @@ def _pick(row: Row, model: type[Any]) -> dict[str, Any]:
 
 @router.get("/queues", response_model=QueueList)
 def list_queues(request: Request) -> QueueList:
+    """The caller's queues (see ``queue_report``); the policy's source (a file name on the
+    admin's machine) is for platform admins, others learn only whether it is built in."""
     svc = _svc(request)
     usage, lqs = queue_report(svc)
+    pol = svc.queueing.policy
+    source = pol.source if _caller(request).platform_admin or pol.builtin else "platform policy"
     return QueueList(
-        policy=svc.queueing.policy.source,
+        policy=source,
         queues=[
             QueueOut(
                 name=name,
@@ -325,14 +393,15 @@ def _plain(m: Mapping[str, Mapping[Any, int]]) -> dict[str, dict[str, int]]:
 
 @router.get("/admin/policy", response_model=PolicyOut)
 def get_policy(request: Request) -> PolicyOut:
+    require_admin(request)
     return policy_out(_svc(request).queueing.policy)
 
 
 @router.put("/admin/policy", response_model=PolicyOut)
 def put_policy(body: PolicyApply, request: Request) -> PolicyOut:
-    require_admin(request)
     svc = _svc(request)
     with audited(request, "policy.apply", target=body.source):
+        require_admin(request)
         applied = svc.queueing.apply(body.text, body.source)
     svc.engine.wake()  # queued runs may fit the new quotas
     return policy_out(applied)

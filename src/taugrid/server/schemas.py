@@ -13,8 +13,15 @@ class SubmitRequest(BaseModel):
     file_text: str | None = None
     overrides: list[str] = Field(default_factory=list)
     resolved: dict[str, Any]
-    spec_hash: str
-    snapshot_digest: str = Field(pattern=r"^[0-9a-f]{64}$")
+    spec_hash: str | None = Field(
+        None,
+        description="sha256 of resolved's canonical JSON; when given it must match (the "
+        "server records its own hash either way).",
+    )
+    snapshot_digest: str = Field(
+        pattern=r"^[0-9a-f]{64}$",
+        description="Uploaded for the run's workspace with PUT /snapshots/{digest}.",
+    )
     submitter: str = "unknown"
     env: dict[str, str] = Field(
         default_factory=dict, description="Submitter environment (allow-listed names only)."
@@ -182,6 +189,8 @@ class RunDetail(RunOut):
 class SubmitResponse(BaseModel):
     run: RunOut
     created: bool
+    # E.g. an env value that looks like a credential (domain.credentials); never a value.
+    warnings: list[str] = []
 
 
 class BatchSubmitResponse(BaseModel):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import getpass
-import hashlib
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -16,24 +15,41 @@ from pydantic import ValidationError
 from taugrid.domain.access import (
     Caller,
     can_change_run,
+    can_manage_workspace_secrets,
     can_read,
     can_submit,
+    visible_local_queues,
     visible_workspaces,
 )
+from taugrid.domain.fingerprint import request_hash
 from taugrid.domain.runid import new_run_id
 from taugrid.domain.scheduling import QueueUsage, queue_usage
 from taugrid.domain.states import Reason, RunState
+from taugrid.domain.submit_limits import is_workspace_name
 from taugrid.domain.workload_env import submitter_env
-from taugrid.errors import Forbidden, NotFound, SpecError, SpecProblem, TauError, UsageError
+from taugrid.errors import (
+    Forbidden,
+    IdempotencyKeyReused,
+    NotFound,
+    SpecError,
+    SpecProblem,
+    TauError,
+    UsageError,
+)
 from taugrid.executors.local.executor import LocalExecutor
 from taugrid.executors.local.secrets import LocalSecretStore, require_secrets
 from taugrid.sdk.checkpoint import CheckpointInfo
 from taugrid.server.engine import RunEngine
+from taugrid.server.error_answers import safe_message
 from taugrid.server.queueing import Queueing
 from taugrid.server.run_files import RunFiles
+from taugrid.server.safe_files import open_beneath
 from taugrid.server.schemas import SubmitRequest
+from taugrid.server.snapshots import SnapshotFiles, SnapshotUpload
+from taugrid.server.submission import check_idempotency_key, check_limits, checked_spec_hash
 from taugrid.spec import TauSpec
 from taugrid.store.runs import Row, RunFilter, RunStore, Transition
+from taugrid.store.snapshots import SnapshotRecords
 
 S = RunState
 # Until a request says who calls, the service acts for the machine's owner (engine, tests).
@@ -58,6 +74,8 @@ class RunService:
         self.executor = executor
         self.engine = engine
         self.snapshots_dir = snapshots_dir
+        self.snapshot_files = SnapshotFiles(snapshots_dir)
+        self.snapshot_records = SnapshotRecords(store.engine)
 
     def for_caller(self, caller: Caller) -> RunService:
         """This service as seen by one caller: runs outside the workspaces it may read do
@@ -77,30 +95,42 @@ class RunService:
             )
 
     # -- snapshots ----------------------------------------------------------------------
-    def has_snapshot(self, digest: str) -> bool:
-        return self._snapshot_path(digest).exists()
+    # A digest exists for a caller only in the workspaces it was uploaded for and the
+    # caller can read; anyone with the bytes may upload them for a workspace where they
+    # may submit (the server hashes them again, and keeps one file).
+    def has_snapshot(self, digest: str, workspace: str) -> bool:
+        self.snapshot_files.path(digest)  # a malformed digest is a 400, not a "no"
+        return (
+            can_read(self.caller, workspace)
+            and self.snapshot_records.uploaded_for(digest, workspace)
+            and self.snapshot_files.exists(digest)
+        )
 
-    def put_snapshot(self, digest: str, body: IO[bytes]) -> None:
-        """Store an uploaded archive under its sha256, refusing bytes that don't match."""
-        final = self._snapshot_path(digest)
-        self.snapshots_dir.mkdir(parents=True, exist_ok=True)
-        tmp = final.with_suffix(f".{os.getpid()}.{time.monotonic_ns()}.part")
-        h = hashlib.sha256()
-        with tmp.open("wb") as out:
-            while chunk := body.read(1 << 20):
-                h.update(chunk)
-                out.write(chunk)
-            out.flush()
-            os.fsync(out.fileno())
-        if h.hexdigest() != digest:
-            tmp.unlink()
-            raise UsageError(f"snapshot content does not match its digest {digest}")
-        os.replace(tmp, final)
+    def start_snapshot_upload(
+        self, digest: str, workspace: str, declared_bytes: int | None
+    ) -> SnapshotUpload:
+        """Checked before a byte of the body is read: the digest, submit rights in
+        ``workspace`` (a viewer 403, a non-member 404) and a declared length."""
+        if not is_workspace_name(workspace):
+            raise UsageError("workspace must be a workspace name (lowercase, at most 63)")
+        self._check_submit(workspace)
+        return self.snapshot_files.begin(digest, declared_bytes)
 
-    def _snapshot_path(self, digest: str) -> Path:
-        if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
-            raise UsageError("snapshot digest must be 64 lowercase hex characters")
-        return self.snapshots_dir / f"{digest}.tar.gz"
+    def finish_snapshot_upload(self, upload: SnapshotUpload, workspace: str) -> None:
+        """Verify and keep the bytes, then record the digest for ``workspace``; both are
+        durable before the upload is acknowledged."""
+        upload.finish()
+        self.snapshot_records.record(upload.digest, workspace, self.caller.user)
+
+    def _check_snapshot(self, digest: str, workspace: str, known: set[tuple[str, str]]) -> None:
+        if (digest, workspace) in known:
+            return
+        if not (
+            self.snapshot_records.uploaded_for(digest, workspace)
+            and self.snapshot_files.exists(digest)
+        ):
+            raise UsageError(f"snapshot {digest[:12]} was not uploaded to workspace {workspace}")
+        known.add((digest, workspace))
 
     # -- submit -------------------------------------------------------------------------
     def submit(self, req: SubmitRequest, idempotency_key: str | None) -> tuple[Row, bool]:
@@ -115,11 +145,14 @@ class RunService:
         problem's field path prefixed by its index (``runs[3].resources.gpus``).
         """
         many = len(items) > 1
+        if self.engine.disk is not None:  # no new work onto a (nearly) full disk
+            self.engine.disk.check("submission")
         rows: list[tuple[dict[str, Any], list[Transition]]] = []
         problems: list[SpecProblem] = []
+        snapshots: set[tuple[str, str]] = set()  # (digest, workspace) found uploaded
         for i, (req, key) in enumerate(items):
             try:
-                rows.append(self._new_run(req, key))
+                rows.append(self._new_run(req, key, snapshots))
             except SpecError as exc:
                 problems.extend(_indexed(p, i, many) for p in exc.problems)
             except TauError as exc:
@@ -128,23 +161,40 @@ class RunService:
                 raise type(exc)(f"runs[{i}]: {exc.message}") from None
         if problems:
             raise SpecError(problems)
-        results = self.store.create_runs(rows)
+        try:
+            results = self.store.create_runs(rows)
+        except IdempotencyKeyReused as exc:
+            if not many:
+                raise
+            raise IdempotencyKeyReused(f"runs[{exc.index}]: {exc.message}", exc.index) from None
         if any(created for _, created in results):
             self.engine.wake()
         return results
 
     def _new_run(
-        self, req: SubmitRequest, idempotency_key: str | None
+        self,
+        req: SubmitRequest,
+        idempotency_key: str | None,
+        snapshots: set[tuple[str, str]] | None = None,
     ) -> tuple[dict[str, Any], list[Transition]]:
+        check_idempotency_key(idempotency_key)
+        check_limits(req)  # first: nothing oversized is looked at any further
         spec = _validate(req)
+        digest = checked_spec_hash(req)
         self._check_submit(spec.workspace)
         if self.caller.auth != "local":  # a token says who submits, not the request body
             req = req.model_copy(update={"submitter": self.caller.user})
         _check_local_mode(spec)
-        require_secrets(self.secrets, spec.secrets)
-        _check_record_sizes(req)
-        if not self.has_snapshot(req.snapshot_digest):
-            raise UsageError(f"snapshot {req.snapshot_digest[:12]} was not uploaded")
+        require_secrets(
+            self.secrets,
+            spec.workspace,
+            req.submitter,
+            spec.secrets,
+            personal=not can_manage_workspace_secrets(self.caller, spec.workspace),
+        )
+        known = set() if snapshots is None else snapshots
+        self._check_snapshot(req.snapshot_digest, spec.workspace, known)
+        rerun_of = self._check_rerun_of(req.rerun_of, spec.workspace)
         name = spec.name or "run"
         run_id = new_run_id(name)
         queue_fields = self.queueing.admit_fields(spec, req.submitter, run_id)
@@ -155,11 +205,13 @@ class RunService:
             "queue": spec.queue,
             "submitter": req.submitter,
             "idempotency_key": idempotency_key,
+            "idempotency_owner": self.caller.user if idempotency_key else None,
+            "request_hash": request_hash(req.resolved, req.snapshot_digest, req.rerun_of),
             "spec_source": req.spec_source,
             "spec_file_text": req.file_text,
             "spec_overrides": req.overrides,
             "spec_resolved": req.resolved,
-            "spec_hash": req.spec_hash,
+            "spec_hash": digest,  # the server's own hash of what it records
             "snapshot_digest": req.snapshot_digest,
             # Re-filter: the server, not the client, guarantees no secrets enter records.
             "env_summary": submitter_env(req.env),
@@ -168,7 +220,7 @@ class RunService:
             "experiment": spec.experiment.model_dump() if spec.experiment else None,
             "code_info": req.code,
             "python_env": req.python_env,
-            "rerun_of": req.rerun_of,
+            "rerun_of": rerun_of,
             "restarts": 0,
             **queue_fields,
         }
@@ -176,6 +228,19 @@ class RunService:
             Transition(S.PENDING, Reason.SUBMITTED, f"submitted by {req.submitter}"),
             Transition(S.QUEUED, Reason.QUEUED, f"waiting for admission in queue {spec.queue}"),
         ]
+
+    def _check_rerun_of(self, ref: str | None, workspace: str) -> str | None:
+        """A rerun names a run of the same workspace that the caller may change, as a
+        resume is checked: another workspace's run is not found, another researcher's
+        run is forbidden. Answers the run's id."""
+        if ref is None:
+            return None
+        try:
+            run = self.store.resolve(ref, frozenset({workspace}))
+        except NotFound:
+            raise NotFound(f"rerun_of: no run of workspace {workspace} matches it") from None
+        self._check_change(run, "rerun")
+        return str(run["id"])
 
     # -- reads --------------------------------------------------------------------------
     def _check_submit(self, workspace: str) -> None:
@@ -259,8 +324,8 @@ class RunService:
         run = self._resolve(ref)
         return run["id"], self.files.checkpoints(run["id"], full=full)
 
-    def checkpoint_file(self, ref: str, step: int, rel: str) -> Path:
-        return self.files.checkpoint_file(self._resolve(ref)["id"], step, rel)
+    def open_checkpoint_file(self, ref: str, step: int, rel: str) -> int:
+        return self.files.open_checkpoint_file(self._resolve(ref)["id"], step, rel)
 
     def metrics(self, ref: str, attempt: int | None) -> tuple[str, list[dict[str, Any]]]:
         run = self._resolve(ref)
@@ -330,13 +395,11 @@ class RunService:
                     files.append({"path": p.relative_to(root).as_posix(), "size": p.stat().st_size})
         return run["id"], files
 
-    def artifact_path(self, ref: str, rel: str) -> Path:
+    def open_artifact(self, ref: str, rel: str) -> int:
+        """A read-only fd of the artifact, opened beneath the run's outputs without
+        following a link (the workload may still be changing them: server/safe_files.py)."""
         run = self._resolve(ref)
-        root = self.executor.output_dir(run["id"]).resolve()
-        path = (root / rel).resolve()
-        if not path.is_relative_to(root) or not path.is_file():
-            raise NotFound(f"run {run['id']} has no artifact '{rel}'")
-        return path
+        return open_beneath(self.executor.output_dir(run["id"]), rel, f"run {run['id']}")
 
 
 def _validate(req: SubmitRequest) -> TauSpec:
@@ -346,13 +409,13 @@ def _validate(req: SubmitRequest) -> TauSpec:
     except ValidationError as exc:
         raise SpecError(
             [
-                SpecProblem(req.spec_source, None, None, ".".join(map(str, e["loc"])), e["msg"])
+                # The message, never the value (it may be a secret): error_answers.py.
+                SpecProblem(
+                    req.spec_source, None, None, ".".join(map(str, e["loc"])), safe_message(e)
+                )
                 for e in exc.errors()
             ]
         ) from None
-
-
-MAX_RECORD_BYTES = 4 << 20  # code (git diff) and Python environment of one submission
 
 
 def _check_local_mode(spec: TauSpec) -> None:
@@ -365,15 +428,6 @@ def _check_local_mode(spec: TauSpec) -> None:
         raise UsageError(
             "launcher: ray is not supported in local mode yet; use command or torchrun"
         )
-
-
-def _check_record_sizes(req: SubmitRequest) -> None:
-    import json
-
-    for name in ("code", "python_env"):
-        value = getattr(req, name)
-        if value is not None and len(json.dumps(value)) > MAX_RECORD_BYTES:
-            raise UsageError(f"{name} record is over {MAX_RECORD_BYTES >> 20} MiB")
 
 
 def _indexed(p: SpecProblem, i: int, many: bool) -> SpecProblem:
@@ -412,14 +466,21 @@ def _tail_offset(f: IO[bytes], lines: int) -> int:
 
 
 def queue_report(svc: RunService) -> tuple[dict[str, QueueUsage], dict[str, list[str]]]:
-    """Usage per cluster queue from the runs in the store, and its local queues."""
+    """Usage per cluster queue from the runs in the store, and its local queues, as the
+    caller may see them: a platform admin everything; anyone else the cluster queues that
+    their workspaces' local queues feed (with whole usage figures: the queue is shared)
+    and only their own workspaces' local queues."""
     pol = svc.queueing.policy.domain
     queued = [
         r for r in svc.store.in_states([S.QUEUED], light=True) if r["cluster_queue"] in pol.queues
     ]
     active = svc.store.in_states([S.ADMITTED, S.RUNNING], light=True)
     usage = queue_usage(svc.queueing.snapshot(queued, active))
-    lqs: dict[str, list[str]] = {name: [] for name in pol.queues}
-    for (ws, lq), cq in sorted(pol.local_queues.items()):
+    shown = visible_local_queues(svc.caller, pol.local_queues)
+    if not svc.caller.platform_admin:
+        fed = set(shown.values())
+        usage = {name: u for name, u in usage.items() if name in fed}
+    lqs: dict[str, list[str]] = {name: [] for name in usage}
+    for (ws, lq), cq in sorted(shown.items()):
         lqs.setdefault(cq, []).append(f"{ws}/{lq}")
     return usage, lqs

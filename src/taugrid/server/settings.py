@@ -19,6 +19,13 @@ OIDC_ENV = {
     "oidc_groups_claim": "TAU_OIDC_GROUPS_CLAIM",
 }
 
+ISOLATION_ENV = {
+    "isolation": "TAU_ISOLATION",
+    "bwrap": "TAU_BWRAP",
+    "sandbox_binds": "TAU_SANDBOX_BINDS",  # colon-separated, like PATH
+    "workload_uids": "TAU_WORKLOAD_UIDS",
+}
+
 
 @dataclass(frozen=True)
 class ServerSettings:
@@ -38,6 +45,26 @@ class ServerSettings:
     oidc_client_secret_file: Path | None = None
     oidc_user_claim: str = "email"
     oidc_groups_claim: str = "groups"
+    # How workloads are isolated (docs/isolation.md): "none" runs them as the server's
+    # user, "sandbox" in bubblewrap seeing only their own run's files. None: "sandbox"
+    # for a shared server (which refuses "none"), "none" for the local one.
+    isolation: str | None = None
+    bwrap: str = "bwrap"  # the bubblewrap binary (a name on PATH or a path)
+    sandbox_binds: tuple[str, ...] = ()  # more paths every sandbox shows, read-only
+    workload_uids: str = "2000000-2999999"  # one uid per run from here (server is root)
+    # Reverse proxies whose X-Forwarded-For names the client (addresses or CIDRs, as
+    # given; parsed by server/client_address.py). Empty: the TCP peer is the client.
+    trusted_proxies: tuple[str, ...] = ()
+    # Free space kept on TAU_HOME's disk: below it new work is refused (DiskFull); a
+    # quantity ("256Mi") or a share ("1%"), see server/diskspace.py.
+    min_free_disk: str = "256Mi"
+    # Default per-run disk limit (resources.disk overrides it); None: no limit.
+    run_disk_limit: str | None = None
+
+    @property
+    def sandboxed(self) -> bool:
+        """Whether workloads run in the sandbox (by the setting, or by the mode)."""
+        return (self.isolation or ("sandbox" if self.shared else "none")) == "sandbox"
 
     @property
     def runs_dir(self) -> Path:
@@ -57,6 +84,19 @@ class ServerSettings:
         }
         if os.environ.get("TAU_RETENTION"):
             values["retention_s"] = parse_retention(os.environ["TAU_RETENTION"])
+        for key, var in (
+            ("min_free_disk", "TAU_MIN_FREE_DISK"),
+            ("run_disk_limit", "TAU_RUN_DISK_LIMIT"),
+        ):
+            if os.environ.get(var):
+                values[key] = os.environ[var]
+        if os.environ.get("TAU_TRUSTED_PROXIES"):
+            values["trusted_proxies"] = (os.environ["TAU_TRUSTED_PROXIES"],)
+        for key, var in ISOLATION_ENV.items():
+            if os.environ.get(var):
+                values[key] = os.environ[var]
+        if "sandbox_binds" in values:
+            values["sandbox_binds"] = tuple(p for p in str(values["sandbox_binds"]).split(":") if p)
         for key, var in OIDC_ENV.items():
             if os.environ.get(var):
                 values[key] = os.environ[var]

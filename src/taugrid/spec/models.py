@@ -224,6 +224,11 @@ class Resources(_Strict):
     )
     cpus: float | None = Field(None, gt=0, description="CPU cores per node.")
     memory: Quantity | None = Field(None, description=f"Memory per node: {QUANTITY_HELP}.")
+    disk: Quantity | None = Field(
+        None,
+        description="Disk space the run's files may take (workdir, checkpoints, outputs, "
+        f"logs): {QUANTITY_HELP}. Over it the run is stopped (reason DiskLimitExceeded).",
+    )
     procs_per_node: int | None = Field(
         None,
         ge=1,
@@ -234,6 +239,10 @@ class Resources(_Strict):
     @property
     def memory_bytes(self) -> int | None:
         return None if self.memory is None else quantity_bytes(self.memory)
+
+    @property
+    def disk_bytes(self) -> int | None:
+        return None if self.disk is None else quantity_bytes(self.disk)
 
 
 class Checkpoint(_Strict):

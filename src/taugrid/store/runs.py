@@ -36,7 +36,7 @@ from taugrid.domain.states import (
     cancel_action,
     check_transition,
 )
-from taugrid.errors import Ambiguous, Conflict, NotFound, TauError
+from taugrid.errors import Ambiguous, Conflict, IdempotencyKeyReused, NotFound, TauError
 from taugrid.store.db import write_transaction
 from taugrid.store.tables import attempts, events, runs
 
@@ -80,9 +80,13 @@ class RunStore:
     ) -> list[tuple[Row, bool]]:
         """Insert many runs and their first transitions in one durable transaction.
 
-        All or nothing: either every new run is recorded or none is. A run whose
-        idempotency key is already known (stored, or earlier in the same batch) is
-        answered with the recorded run and ``created=False``.
+        All or nothing: either every new run is recorded or none is. An idempotency key
+        belongs to its owner (``idempotency_owner``, else the submitter) in the run's
+        workspace: a run whose key is known there (stored, or earlier in the same batch)
+        is answered with the recorded run and ``created=False``, unless the two carry
+        different ``request_hash`` values: then :class:`IdempotencyKeyReused` (its
+        ``index`` says which item) and nothing is written. Another owner or workspace
+        with the same key gets a run of its own.
         """
         now = self.clock()
         prepared = [_new_run_values(row, steps, now) for row, steps in items]
@@ -96,22 +100,30 @@ class RunStore:
     def _insert_runs(
         self, prepared: list[tuple[dict[str, Any], list[_Step]]], now: float
     ) -> list[tuple[Row, bool]]:
-        keys = [v["idempotency_key"] for v, _ in prepared if v.get("idempotency_key")]
+        keys = sorted({v["idempotency_key"] for v, _ in prepared if v.get("idempotency_key")})
         results: list[tuple[Row, bool]] = []
         new_rows: list[dict[str, Any]] = []
         new_events: list[dict[str, Any]] = []
         with write_transaction(self.engine) as conn:
-            known: dict[str, Row] = {}
+            known: dict[tuple[str, str, str], Row] = {}
             if keys:
                 q = select(runs).where(runs.c.idempotency_key.in_(keys))
-                known = {r["idempotency_key"]: dict(r) for r in conn.execute(q).mappings()}
+                found = [dict(r) for r in conn.execute(q).mappings()]
+                known = {_key_scope(r): r for r in found}
             seq = int(conn.execute(_MAX_SEQ).scalar() or 0)
             ids = [v["id"] for v, _ in prepared]
             taken = set(conn.execute(select(runs.c.id).where(runs.c.id.in_(ids))).scalars())
-            for values, log in prepared:
-                key = values.get("idempotency_key")
+            for index, (values, log) in enumerate(prepared):
+                key = _key_scope(values) if values.get("idempotency_key") else None
                 if key is not None and key in known:
-                    results.append((known[key], False))
+                    first = known[key]
+                    if _different_requests(first, values):
+                        raise IdempotencyKeyReused(
+                            "this Idempotency-Key was already used in this workspace for a "
+                            "different request; use a new key for a new submission",
+                            index=index,
+                        )
+                    results.append((first, False))
                     continue
                 # Ids carry a short random suffix: a rare clash gets a fresh one.
                 while values["id"] in taken:
@@ -471,6 +483,13 @@ def _new_run_values(
 ) -> tuple[dict[str, Any], list[_Step]]:
     """The columns of a new run and its checked first transitions."""
     values = dict(row)
+    # Never a NULL owner with a key: NULLs are distinct in the unique index. Both columns
+    # are always present so a batch inserts rows of one shape.
+    keyed = bool(values.get("idempotency_key"))
+    values["idempotency_owner"] = values.get("idempotency_owner") or (
+        values["submitter"] if keyed else None
+    )
+    values.setdefault("request_hash", None)
     state: RunState | None = None
     log: list[_Step] = []
     for step in steps:
@@ -488,6 +507,19 @@ def _new_run_values(
         attempt_count=0,
     )
     return values, log
+
+
+def _key_scope(run: Mapping[str, Any]) -> tuple[str, str, str]:
+    """Whose key it is: (owner, workspace, key); runs recorded before owners were kept
+    (migration 0005 fills them in) belong to their submitter."""
+    owner = run.get("idempotency_owner") or run["submitter"]
+    return (owner, run["workspace"], run["idempotency_key"])
+
+
+def _different_requests(first: Mapping[str, Any], again: Mapping[str, Any]) -> bool:
+    # A run recorded without a request hash (before migration 0005) matches any request.
+    a, b = first.get("request_hash"), again.get("request_hash")
+    return a is not None and b is not None and a != b
 
 
 def _current(conn: Connection, run_id: str) -> Row:

@@ -36,7 +36,11 @@ runs = Table(
     Column("finished_at", Float, nullable=True),
     Column("exit_code", Integer, nullable=True),
     Column("submitter", String(255), nullable=False),
-    Column("idempotency_key", String(128), nullable=True, unique=True),
+    # Idempotency (migration 0005): a key is scoped to who sent it and the workspace, and
+    # bound to a hash of the request (domain.fingerprint.request_hash).
+    Column("idempotency_key", String(128), nullable=True),
+    Column("idempotency_owner", String(255), nullable=True),
+    Column("request_hash", String(64), nullable=True),
     Column("spec_source", Text, nullable=False),
     Column("spec_file_text", Text, nullable=True),
     Column("spec_overrides", JSON, nullable=False),
@@ -69,6 +73,18 @@ runs = Table(
     Index("ix_runs_state", "state"),
     Index("ix_runs_queued_seq", "queued_seq"),
     Index("ix_runs_experiment", "experiment_name", "created_at"),
+    Index("ux_runs_idempotency", "idempotency_owner", "workspace", "idempotency_key", unique=True),
+)
+
+# Which workspaces a code snapshot was uploaded for (migration 0005): a digest exists for
+# a caller only in these, so existence does not leak across workspaces.
+snapshot_workspaces = Table(
+    "snapshot_workspaces",
+    metadata,
+    Column("digest", String(64), primary_key=True),
+    Column("workspace", String(63), primary_key=True),
+    Column("uploaded_by", String(255), nullable=False),
+    Column("uploaded_at", Float, nullable=False),
 )
 
 events = Table(

@@ -19,24 +19,36 @@ VALUE = "hf_cli-secret-value-123"
 
 
 class FakeClient:
+    """Records what the commands send; the real routes are tested in
+    tests/integration/test_secret_api.py and test_secret_workspaces.py."""
+
     def __init__(self) -> None:
         self.calls: list[tuple[Any, ...]] = []
+        self.listed: list[dict[str, Any]] = [
+            {"ref": "hf/token", "scope": "personal", "owner": "ann", "updated_at": 1.7e9},
+            {"ref": "hf/token", "scope": "workspace", "owner": None, "updated_at": 1.7e9},
+        ]
 
-    def put_secret(self, ref: str, value: str) -> None:
-        self.calls.append(("put", ref, value))
+    def put_secret(
+        self, ref: str, value: str, *, workspace: str | None = None, personal: bool = False
+    ) -> None:
+        self.calls.append(("put", ref, value, workspace, personal))
 
-    def list_secrets(self) -> dict[str, Any]:
-        self.calls.append(("list",))
-        return {"secrets": [{"ref": "hf/token", "updated_at": 1_700_000_000.0}]}
+    def list_secrets(self, *, workspace: str | None = None) -> dict[str, Any]:
+        self.calls.append(("list", workspace))
+        return {"workspace": workspace, "secrets": self.listed}
 
-    def delete_secret(self, ref: str) -> None:
-        self.calls.append(("delete", ref))
+    def delete_secret(
+        self, ref: str, *, workspace: str | None = None, personal: bool = False
+    ) -> None:
+        self.calls.append(("delete", ref, workspace, personal))
 
 
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> FakeClient:
     client = FakeClient()
     monkeypatch.setattr(secret_cmd, "connect", lambda: client)
+    monkeypatch.setattr(secret_cmd, "default_workspace", lambda: None)
     return client
 
 
@@ -60,8 +72,8 @@ def tau(*args: str, input: str | None = None, env: dict[str, str] | None = None)
 def test_set_reads_the_value_from_stdin(fake: FakeClient, stdin: str, stored: str) -> None:
     result = tau("secret", "set", "hf/token", input=stdin)
     assert result.exception is None, result.output
-    assert fake.calls == [("put", "hf/token", stored)]
-    assert result.output == "secret hf/token set\n"
+    assert fake.calls == [("put", "hf/token", stored, "default", False)]
+    assert result.output == "secret hf/token set in workspace default\n"
 
 
 def test_set_from_env(fake: FakeClient) -> None:
@@ -69,7 +81,7 @@ def test_set_from_env(fake: FakeClient) -> None:
         "secret", "set", "hf/token", "--from-env", "MY_TOKEN", env={"MY_TOKEN": VALUE + "\n"}
     )
     assert result.exception is None, result.output
-    assert fake.calls == [("put", "hf/token", VALUE + "\n")]  # exactly as in the variable
+    assert fake.calls == [("put", "hf/token", VALUE + "\n", "default", False)]  # exactly
     assert VALUE not in result.output
 
 
@@ -152,28 +164,72 @@ def test_tty_prompts_without_echo(monkeypatch: pytest.MonkeyPatch) -> None:
     assert prompts == ["value of secret hf/token (not echoed): "]
 
 
-def test_list_shows_names_and_times(fake: FakeClient) -> None:
-    result = tau("secret", "list")
+def test_list_shows_names_scopes_owners_and_times(fake: FakeClient) -> None:
+    result = tau("secret", "list", "--workspace", "vision")
     assert result.exception is None
+    assert fake.calls == [("list", "vision")]
     lines = result.output.splitlines()
-    assert lines[0].split() == ["REF", "UPDATED", "AGE"]
-    assert lines[1].startswith("hf/token  ")
+    assert lines[0].split() == ["REF", "SCOPE", "OWNER", "UPDATED", "AGE"]
+    assert lines[1].split()[:3] == ["hf/token", "personal", "ann"]
+    assert lines[2].split()[:3] == ["hf/token", "workspace", "-"]
     result = tau("secret", "list", "-o", "json")
-    assert '"ref": "hf/token"' in result.output and '"updated_at"' in result.output
+    assert '"ref": "hf/token"' in result.output and '"scope": "workspace"' in result.output
 
 
-def test_list_empty(monkeypatch: pytest.MonkeyPatch) -> None:
-    client = FakeClient()
-    monkeypatch.setattr(client, "list_secrets", lambda: {"secrets": []})
-    monkeypatch.setattr(secret_cmd, "connect", lambda: client)
-    assert tau("secret", "list").output == "no secrets (set one: tau secret set REF)\n"
+def test_list_empty(fake: FakeClient) -> None:
+    fake.listed = []
+    assert tau("secret", "list").output == (
+        "no secrets in workspace default (set one: tau secret set REF --workspace default)\n"
+    )
 
 
 def test_delete(fake: FakeClient) -> None:
     result = tau("secret", "delete", "hf/token")
     assert result.exception is None
-    assert fake.calls == [("delete", "hf/token")]
-    assert result.output == "secret hf/token deleted\n"
+    assert fake.calls == [("delete", "hf/token", "default", False)]
+    assert result.output == "secret hf/token deleted in workspace default\n"
+
+
+def test_workspace_and_personal_reach_the_client(fake: FakeClient) -> None:
+    result = tau("secret", "set", "hf/token", "--workspace", "vision", "--personal", input="v")
+    assert result.output == "secret hf/token set (personal) in workspace vision\n"
+    result = tau("secret", "delete", "hf/token", "--personal", "--workspace", "vision")
+    assert result.output == "secret hf/token deleted (personal) in workspace vision\n"
+    assert fake.calls == [
+        ("put", "hf/token", "v", "vision", True),
+        ("delete", "hf/token", "vision", True),
+    ]
+
+
+def test_the_context_workspace_is_the_default(
+    fake: FakeClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(secret_cmd, "default_workspace", lambda: "lab")
+    tau("secret", "set", "k", input="v")
+    tau("secret", "list")
+    tau("secret", "set", "k", "--workspace", "other", input="v")
+    assert fake.calls == [
+        ("put", "k", "v", "lab", False),
+        ("list", "lab"),
+        ("put", "k", "v", "other", False),
+    ]
+
+
+@pytest.mark.parametrize("ws", ["Vision", "../x", "a b"])
+def test_bad_workspace_is_refused_before_anything(fake: FakeClient, ws: str) -> None:
+    result = tau("secret", "set", "k", "--workspace", ws, input="v")
+    assert isinstance(result.exception, UsageError)
+    assert result.exception.message.startswith("invalid workspace name")
+    assert fake.calls == []
+
+
+def test_a_token_given_as_the_ref_is_refused_without_echo(fake: FakeClient) -> None:
+    token = "hf_" + "aB3dE5gH7jK9mN1pQ3sT5vW7yZ9bC1dE3f"
+    result = tau("secret", "set", token, input="v")
+    assert isinstance(result.exception, UsageError)
+    assert "not a name" in result.exception.message
+    assert token not in result.exception.message and token not in result.output
+    assert fake.calls == []
 
 
 def test_real_entry_point_exit_code_and_message() -> None:

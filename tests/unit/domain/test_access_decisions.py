@@ -22,7 +22,7 @@ NOBODY = Caller("nob")
     ("caller", "read_a", "submit_a", "change_own", "change_other"),
     [
         (ADMIN, True, True, True, True),
-        (WS_ADMIN, True, True, True, True),
+        (WS_ADMIN, False, False, False, False),  # admin of b only: nothing in a
         (MAINT, True, True, True, True),
         (RES, True, True, True, False),
         (VIEW, True, False, False, False),
@@ -46,6 +46,6 @@ def test_roles_do_not_carry_across_workspaces() -> None:
 
 def test_visible_workspaces() -> None:
     assert visible_workspaces(ADMIN) is None
-    assert visible_workspaces(WS_ADMIN) is None
+    assert visible_workspaces(WS_ADMIN) == {"b"}  # a workspace admin is no platform admin
     assert visible_workspaces(RES) == {"a", "b"}
     assert visible_workspaces(NOBODY) == frozenset()

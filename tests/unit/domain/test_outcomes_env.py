@@ -13,7 +13,8 @@ from taugrid.domain.workload_env import WorkloadContext, submitter_env, workload
     [
         (AttemptExit("succeeded", 0), RunState.SUCCEEDED, Reason.COMPLETED),
         (AttemptExit("failed", 3), RunState.FAILED, Reason.EXIT_CODE),
-        (AttemptExit("failed", 137, signal.SIGKILL), RunState.FAILED, Reason.OOM_KILLED),
+        (AttemptExit("failed", 137, signal.SIGKILL), RunState.FAILED, Reason.EXIT_CODE),
+        (AttemptExit("failed", 137, signal.SIGKILL, oom=True), RunState.FAILED, Reason.OOM_KILLED),
         (AttemptExit("failed", 127, error="not found"), RunState.FAILED, Reason.START_FAILED),
         (AttemptExit("cancelled", 143, signal.SIGTERM), RunState.CANCELLED, Reason.CANCELLED),
         (AttemptExit("timeout", 143), RunState.FAILED, Reason.TIMEOUT),

@@ -32,7 +32,13 @@ def _cls(ex: AttemptExit) -> FailureClass | None:
         (AttemptExit("failed", 126), F.START_FAILED),
         (AttemptExit("failed", None, error="no such file"), F.START_FAILED),
         (AttemptExit("failed", None, signal=signal.SIGSEGV), F.SIGNAL),
-        (AttemptExit("failed", None, signal=signal.SIGKILL), F.OOM),
+        # A SIGKILL alone is not an OOM (kill -9 sends one too); only a known OOM is.
+        (AttemptExit("failed", None, signal=signal.SIGKILL), F.SIGNAL),
+        (AttemptExit("failed", None, signal=signal.SIGKILL, oom=None), F.SIGNAL),
+        (AttemptExit("failed", 137, signal=signal.SIGKILL, oom=True), F.OOM),
+        (AttemptExit("failed", 137, oom=True), F.OOM),
+        (AttemptExit("disk_limit", 143, signal=signal.SIGTERM), F.DISK),
+        (AttemptExit("disk_full", 1), F.DISK),
         (AttemptExit("timeout", None, signal=signal.SIGTERM), F.TIMEOUT),
         (AttemptExit("cancelled", None, signal=signal.SIGTERM), F.CANCELLED),
         (AttemptExit("lost", None, error="gone"), F.LOST),
@@ -56,7 +62,7 @@ def test_restart_with_exponential_backoff_until_max() -> None:
     assert got[3].why == "all 3 restarts used"
 
 
-@pytest.mark.parametrize("cls", [F.START_FAILED, F.TIMEOUT, F.CANCELLED])
+@pytest.mark.parametrize("cls", [F.START_FAILED, F.TIMEOUT, F.CANCELLED, F.DISK])
 def test_some_failures_never_restart(cls: FailureClass) -> None:
     d = decide_restart(RestartPolicy(max=5, on=ALL, backoff_s=0), 0, cls)
     assert not d.restart and "not restarted" in d.why

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 from test_exec_supervisor import ENV, run  # same directory: the supervisor tests' launcher
 
-from taugrid.executors.local.secrets import LocalSecretStore, secret_files
+from taugrid.executors.local.secrets import LocalSecretStore, SecretScope, secret_files
 
+WS = SecretScope("default")
 VALUE = "hf_9ZxQ-very-secret-value\n"  # a trailing newline must survive too
 # Prints a hash of the secret (never the secret) and whether it has other env too.
 HASH_IT = [
@@ -55,8 +56,8 @@ class _Recorder(http.server.BaseHTTPRequestHandler):
 def test_workload_gets_the_secret_and_no_file_holds_it(
     tmp_path: Path, store: LocalSecretStore, setup: str | None
 ) -> None:
-    store.set("hf/token", VALUE)
-    files = secret_files(store, {"HF_TOKEN": "hf/token"})
+    store.set(WS, "hf/token", VALUE)
+    files = secret_files(store, "default", None, {"HF_TOKEN": "hf/token"})
     _Recorder.bodies = []
     server = http.server.HTTPServer(("127.0.0.1", 0), _Recorder)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -84,23 +85,23 @@ def test_workload_gets_the_secret_and_no_file_holds_it(
     # Only the store holds the value: not launch.json, status.json, output.log,
     # supervisor.log, the workdir or outputs, nor what was sent to the server.
     needle = VALUE.strip().encode()
-    assert files_holding(tmp_path, needle) == [store.path_of("hf/token")]
+    assert files_holding(tmp_path, needle) == [store.path_of(WS, "hf/token")]
     assert (attempt / "supervisor.log").exists()
     assert len(_Recorder.bodies) == 2
     assert not [b for b in _Recorder.bodies if needle in b]
     launch = json.loads((attempt / "launch.json").read_text())
     assert "HF_TOKEN" not in launch["env"]
     assert launch["secret_files"] == files
-    assert store.path_of("hf/token").read_text() == VALUE  # read, not consumed
+    assert store.path_of(WS, "hf/token").read_text() == VALUE  # read, not consumed
 
 
 def test_shell_command_sees_the_secret(tmp_path: Path, store: LocalSecretStore) -> None:
-    store.set("k", "s3cr3t-shell-value")
+    store.set(WS, "k", "s3cr3t-shell-value")
     status, attempt = run(
         tmp_path,
         'test "$TOKEN" = "$(cat "$SECRET_COPY")" && echo same',
-        env={**ENV, "SECRET_COPY": str(store.path_of("k"))},
-        secret_files=secret_files(store, {"TOKEN": "k"}),
+        env={**ENV, "SECRET_COPY": str(store.path_of(WS, "k"))},
+        secret_files=secret_files(store, "default", None, {"TOKEN": "k"}),
     )
     assert status["outcome"] == "succeeded"
     assert (attempt / "output.log").read_text() == "same\n"
@@ -120,9 +121,9 @@ def test_secret_overrides_nothing_else_and_bytes_survive(
 def test_missing_secret_file_fails_like_a_command_that_cannot_start(
     tmp_path: Path, store: LocalSecretStore
 ) -> None:
-    store.set("hf/token", VALUE)
-    files = secret_files(store, {"HF_TOKEN": "hf/token"})
-    store.delete("hf/token")  # deleted between submit and start
+    store.set(WS, "hf/token", VALUE)
+    files = secret_files(store, "default", None, {"HF_TOKEN": "hf/token"})
+    store.delete(WS, "hf/token")  # deleted between submit and start
     status, attempt = run(tmp_path, ["sh", "-c", "touch ran"], secret_files=files)
     assert (status["outcome"], status["exit_code"], status["pid"]) == ("failed", 127, None)
     why = "No such file or directory"
@@ -138,16 +139,16 @@ def test_unreadable_secret_fails_without_showing_any_value(
 ) -> None:
     # A directory cannot be read as a file, even by root.
     (tmp_path / "a-dir").mkdir()
-    store.set("other", VALUE)
+    store.set(WS, "other", VALUE)
     files = {
-        "OTHER": str(store.path_of("other")),
+        "OTHER": str(store.path_of(WS, "other")),
         "HF_TOKEN": str(tmp_path / "a-dir"),
     }
     status, _ = run(tmp_path, ["sh", "-c", "touch ran"], secret_files=files)
     assert (status["outcome"], status["exit_code"]) == ("failed", 127)
     assert "secret HF_TOKEN" in status["error"] and str(tmp_path / "a-dir") in status["error"]
     assert not (tmp_path / "work" / "ran").exists()
-    assert files_holding(tmp_path, VALUE.strip().encode()) == [store.path_of("other")]
+    assert files_holding(tmp_path, VALUE.strip().encode()) == [store.path_of(WS, "other")]
 
 
 def test_nul_byte_in_a_secret_file(tmp_path: Path) -> None:

@@ -47,6 +47,7 @@ def test_resolved_has_every_default_in_field_order(tmp_path: Path) -> None:
             "gpu_type": None,
             "cpus": None,
             "memory": None,
+            "disk": None,
             "procs_per_node": None,
         },
         "nodes": 1,

@@ -1,7 +1,8 @@
 """``tau admin workspace|user|token|audit``: identity and access (docs/access.md).
 
-Every command needs an admin's token; the server answers NotFound to anyone else. Each
-takes ``-o json``: the API answer as is, or ``{"ok": true}`` where the API answers 204.
+Every command needs a platform admin's token, except that a workspace's ``admin`` role
+lists that workspace and manages its members; the server answers NotFound to anyone
+else. Each takes ``-o json``: the API answer as is, or ``{"ok": true}`` where the API answers 204.
 """
 
 from __future__ import annotations
@@ -106,7 +107,10 @@ def workspace_create(name: str, output: str) -> None:
     click.echo(f"add members: tau admin workspace add-member {data['name']} USER --role ROLE")
 
 
-@workspace.command(name="list", help="List workspaces and their members' roles.")
+@workspace.command(
+    name="list",
+    help="List workspaces and their members' roles (a workspace admin: the ones they manage).",
+)
 @output_option
 def workspace_list(output: str) -> None:
     data = connect().list_workspaces()
@@ -130,7 +134,10 @@ def workspace_delete(name: str, output: str) -> None:
     done(output, f"workspace {name} deleted")
 
 
-@workspace.command(name="add-member", help="Give a user a role in a workspace (or change it).")
+@workspace.command(
+    name="add-member",
+    help="Give a user a role in a workspace, or change it (platform or workspace admins).",
+)
 @click.argument("workspace_name", metavar="WORKSPACE")
 @click.argument("user")
 @click.option("--role", required=True, metavar="ROLE", help=f"One of: {', '.join(ROLES)}.")
@@ -143,7 +150,10 @@ def workspace_add_member(workspace_name: str, user: str, role: str, output: str)
     click.echo(f"{data['user']} is {data['role']} in workspace {data['workspace']}")
 
 
-@workspace.command(name="remove-member", help="Take a user's role in a workspace away.")
+@workspace.command(
+    name="remove-member",
+    help="Take a user's role in a workspace away (platform or workspace admins).",
+)
 @click.argument("workspace_name", metavar="WORKSPACE")
 @click.argument("user")
 @output_option

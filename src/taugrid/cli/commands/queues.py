@@ -1,6 +1,8 @@
 """Show queues: quota, usage, pending and running runs.
 
 Usage is shown as used/nominal per resource, with what the queue borrows from its cohort.
+A platform admin sees every queue; anyone else the cluster queues their workspaces'
+local queues feed (with the queue's whole usage) and only their own local queues.
 """
 
 from __future__ import annotations
@@ -38,6 +40,11 @@ def command(output: str) -> None:
     data = connect().call("GET", "/queues")
     if output == "json":
         emit_json(data)
+        return
+    if not data["queues"]:
+        # A non-admin sees the queues of their workspaces only.
+        click.echo("no queues (none of your workspaces has a queue)")
+        click.echo(f"policy: {data['policy']}")
         return
     rows = [
         [

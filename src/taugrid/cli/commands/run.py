@@ -14,7 +14,7 @@ import os
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -22,8 +22,11 @@ from taugrid.cli.connect import connect, default_workspace
 from taugrid.cli.records import Capture
 from taugrid.cli.runflags import RunFlags, finish_submit, run_flags
 from taugrid.domain.workload_env import submitter_env
-from taugrid.errors import UsageError
+from taugrid.errors import SnapshotTooLarge, SpecError, SpecProblem, UsageError
 from taugrid.home import tau_home
+
+if TYPE_CHECKING:
+    from taugrid.spec import LoadedSpec
 
 
 class RunCommand(click.Command):
@@ -40,12 +43,16 @@ class RunCommand(click.Command):
 @click.command(name="run", cls=RunCommand, help=__doc__)
 @click.argument("file", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @run_flags
-@click.option("--idempotency-key", help="Submit at most once for this key (for CI retries).")
+@click.option(
+    "--idempotency-key",
+    help="Submit at most once for this key in the workspace (for CI retries); the same key "
+    "with another spec or code is refused.",
+)
 @click.pass_context
 def command(
     ctx: click.Context, file: Path | None, idempotency_key: str | None, flags: RunFlags
 ) -> None:
-    from taugrid.spec import LoadedSpec, inactive_fields, load_spec, spec_from_command
+    from taugrid.spec import inactive_fields, load_spec, spec_from_command
 
     overrides = flags.overrides()
     argv: list[str] | None = ctx.meta.get("tau.argv")
@@ -73,13 +80,16 @@ def command(
     if context_ws and "workspace" not in loaded.spec.model_fields_set:
         loaded = load([f"workspace={context_ws}"])
 
+    check_limits(loaded)  # what the server would refuse, before anything is archived
     if flags.output != "json":
         for note in inactive_fields(loaded.spec, "local"):
             click.echo(f"note: {note}", err=True)
     # git and the workload's Python are looked at while the snapshot is built and sent.
     records = Capture(loaded.workdir, workload_path(loaded.spec.env))
     client = connect()
-    digest = upload_snapshot(client, loaded.workdir, list(loaded.spec.exclude))
+    digest = upload_snapshot(
+        client, loaded.workdir, list(loaded.spec.exclude), loaded.spec.workspace
+    )
     code, python_env = records.result()
     payload: dict[str, Any] = {
         "spec_source": loaded.source,
@@ -107,12 +117,33 @@ def workload_path(spec_env: Mapping[str, str]) -> str | None:
     return expand_at_launch([spec_env["PATH"]], os.environ)[0]
 
 
-def upload_snapshot(client: Any, workdir: Path, exclude: list[str]) -> str:
-    """Archive the workdir (content-addressed) and upload it unless the server has it."""
+def check_limits(loaded: LoadedSpec) -> None:
+    """The server's submission limits (taugrid.domain.submit_limits) on the spec."""
+    from taugrid.domain.submit_limits import submission_problems
+
+    problems = submission_problems(
+        resolved=loaded.resolved,
+        spec_source=loaded.source,
+        file_text=loaded.file_text,
+        overrides=loaded.overrides,
+    )
+    if problems:
+        raise SpecError([SpecProblem(loaded.source, None, None, f, m) for f, m in problems])
+
+
+def upload_snapshot(client: Any, workdir: Path, exclude: list[str], workspace: str) -> str:
+    """Archive the workdir (content-addressed) and upload it for ``workspace``, streamed
+    from the archive file, unless the server has it there already."""
     from taugrid.executors.local.snapshot import DEFAULT_MAX_BYTES, create_snapshot
 
     limit = int(os.environ.get("TAU_SNAPSHOT_LIMIT", DEFAULT_MAX_BYTES))
     info = create_snapshot(workdir, exclude, tau_home() / "cache" / "snapshots", limit)
-    if not client.has_snapshot(info.digest):
-        client.put_snapshot(info.digest, info.path.read_bytes())
+    if info.size_bytes > limit:  # compressed yet bigger: incompressible files, many headers
+        raise SnapshotTooLarge(
+            f"code snapshot archive of {workdir} is {info.size_bytes / 2**20:.1f} MiB, over "
+            f"the {limit / 2**20:.1f} MiB limit; exclude what the run does not need with "
+            "`exclude:` in tau.yaml or a .tauignore file (gitignore syntax)"
+        )
+    if not client.has_snapshot(info.digest, workspace):
+        client.put_snapshot(info.digest, info.path, workspace)
     return info.digest

@@ -46,6 +46,33 @@ def command() -> None:
 )
 @click.option("--oidc-user-claim", metavar="CLAIM", help="Claim naming the user (default email).")
 @click.option("--oidc-groups-claim", metavar="CLAIM", help="Claim listing groups (default groups).")
+@click.option(
+    "--trusted-proxy",
+    "trusted_proxies",
+    multiple=True,
+    metavar="CIDR",
+    help="A reverse proxy whose X-Forwarded-For names the client (repeatable).",
+)
+@click.option(
+    "--isolation",
+    type=click.Choice(["none", "sandbox"]),
+    help="Run workloads as your user (none) or each in a sandbox that sees only its own "
+    "run (sandbox). Default: sandbox with --shared (which refuses none), else none.",
+)
+@click.option("--bwrap", metavar="PATH", help="The bubblewrap binary (default: bwrap on PATH).")
+@click.option(
+    "--sandbox-bind",
+    "sandbox_binds",
+    multiple=True,
+    metavar="PATH",
+    help="Show PATH read-only in every sandbox (repeatable).",
+)
+@click.option(
+    "--workload-uids",
+    metavar="FIRST-LAST",
+    help="Uids for sandboxed runs when the server runs as root, one per run "
+    "(default 2000000-2999999).",
+)
 def start(
     gpus: int | None,
     database_url: str | None,
@@ -58,6 +85,11 @@ def start(
     oidc_client_secret_file: str | None,
     oidc_user_claim: str | None,
     oidc_groups_claim: str | None,
+    trusted_proxies: tuple[str, ...],
+    isolation: str | None,
+    bwrap: str | None,
+    sandbox_binds: tuple[str, ...],
+    workload_uids: str | None,
 ) -> None:
     home = tau_home()
     info = running_server(home)
@@ -88,6 +120,23 @@ def start(
     ):
         if value:
             args += [flag, value]
+    for proxy in trusted_proxies:
+        args += ["--trusted-proxy", proxy]
+    if shared and isolation == "none":
+        raise UsageError(
+            "a shared server must isolate workloads (--isolation sandbox): with --isolation "
+            "none every researcher's job could read TAU_HOME, the server's tokens and every "
+            "other run"
+        )
+    if bwrap:
+        bwrap = os.path.abspath(bwrap) if "/" in bwrap else bwrap
+    for flag, value in (("--isolation", isolation), ("--bwrap", bwrap)):
+        if value:
+            args += [flag, value]
+    for path in sandbox_binds:
+        args += ["--sandbox-bind", os.path.abspath(path)]
+    if workload_uids:
+        args += ["--workload-uids", workload_uids]
     bootstrap = home / "admin-token"
     existed = bootstrap.exists()
     info = start_server(home, args)

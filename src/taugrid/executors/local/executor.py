@@ -1,10 +1,12 @@
 """Local executor: one supervisor process per attempt, state exchanged through files.
 
 Layout under ``$TAU_HOME/runs/<run_id>/``: ``workdir/`` (the unpacked snapshot, shared
-by attempts), ``outputs/`` (TAU_OUTPUT_DIR), ``checkpoints/`` and
-``attempts/<k>/`` holding ``launch.json``, ``status.json``, ``supervisor.pid`` and
-``output.log``. The files, not the server's memory, are the truth about a process, which
-is why runs survive a server crash.
+by attempts), ``outputs/`` (TAU_OUTPUT_DIR), ``checkpoints/``, ``home/`` (a sandboxed
+workload's HOME) and ``attempts/<k>/`` holding ``launch.json``, ``status.json``,
+``supervisor.pid``, ``metrics.jsonl`` and ``output.log``. With a sandbox policy
+(``isolation``) each workload sees only its own run's directories (docs/isolation.md).
+The files, not the server's memory, are the truth about a process, which is why runs
+survive a server crash.
 """
 
 from __future__ import annotations
@@ -12,12 +14,15 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from taugrid.domain.outcomes import AttemptExit
 from taugrid.executors.base import LaunchRequest, Observation
-from taugrid.executors.local import process
+from taugrid.executors.local import isolation, orphans, process
+from taugrid.executors.local.diskguard import RESERVE_FILE
 from taugrid.executors.local.files import write_json_atomic
 from taugrid.executors.local.snapshot import unpack_snapshot
+from taugrid.executors.local.supervisor import CANCEL_FILE
 
 # A supervisor that has not written its pid this long after launch never started.
 START_DEADLINE_S = 30.0
@@ -31,11 +36,17 @@ class LocalExecutor:
         python: str = sys.executable,
         notify_url: str | None = None,
         token_file: Path | None = None,
+        sandbox: isolation.SandboxPolicy | None = None,
     ) -> None:
         self.runs_root = runs_root
         self.python = python
         self.notify_url = notify_url
         self.token_file = token_file
+        # None: workloads run as the server's user, like in its shell (docs/isolation.md).
+        self.sandbox = sandbox
+        # Leftover processes stopped per attempt whose supervisor vanished (for the final
+        # message; a restarted server just says less).
+        self._stopped: dict[tuple[str, int], set[int]] = {}
 
     def run_dir(self, run_id: str) -> Path:
         return self.runs_root / run_id
@@ -58,14 +69,23 @@ class LocalExecutor:
     def workdir(self, run_id: str) -> Path:
         return self.run_dir(run_id) / "workdir"
 
+    def home_dir(self, run_id: str) -> Path:
+        """A sandboxed run's HOME (the server user's own is hidden from it)."""
+        return self.run_dir(run_id) / "home"
+
     def launch(self, req: LaunchRequest) -> None:
         workdir = self.workdir(req.run_id)
         if not workdir.exists():
             unpack_snapshot(req.snapshot, workdir)
+            if self.sandbox is None:  # a sandbox hands the workdir over at every launch
+                isolation.make_private(workdir)  # the archive's 0644/0755: ours alone
         adir = self.attempt_dir(req.run_id, req.attempt)
         adir.mkdir(parents=True, exist_ok=True)
         for d in (self.output_dir(req.run_id), self.checkpoint_dir(req.run_id)):
             d.mkdir(parents=True, exist_ok=True)
+        env, sandbox = req.env, None
+        if self.sandbox is not None:
+            env, sandbox = self._sandbox(req, workdir)
         notify = None
         if self.notify_url and self.token_file:
             notify = {"url": self.notify_url, "token_file": str(self.token_file)}
@@ -75,41 +95,54 @@ class LocalExecutor:
                 "command": req.command,
                 "setup": req.setup,
                 "cwd": str(workdir),
-                "env": req.env,
+                "env": env,
                 "stop_grace_s": req.stop_grace_s,
                 "timeout_s": req.timeout_s,
                 "outputs": req.outputs,
                 "secret_files": req.secret_files,
+                "disk_limit_bytes": req.disk_limit_bytes,
                 "output_dir": str(self.output_dir(req.run_id)),
                 "notify": notify,
                 "launched_at": time.time(),
+                "sandbox": sandbox,  # what the workload can see; None: no sandbox
             },
         )
         process.start_supervisor(adir, python=self.python)
+
+    def _sandbox(self, req: LaunchRequest, workdir: Path) -> tuple[dict[str, str], dict[str, Any]]:
+        """The sandboxed workload's environment and sandbox; its paths made its own.
+
+        It may write its workdir, checkpoints, outputs, a HOME of its own and its metrics
+        file (bound alone: the attempt directory beside it holds launch.json, status.json
+        and the cancel file, which stay invisible); it runs with its run's uid when the
+        server is root, so every one of them is chowned to that uid at each launch (a
+        resumed run may find files of an earlier attempt, or a workdir unpacked again).
+        """
+        assert self.sandbox is not None
+        home = self.home_dir(req.run_id)
+        home.mkdir(mode=0o700, exist_ok=True)
+        metrics = self.metrics_file(req.run_id, req.attempt)
+        env = {**req.env, "HOME": str(home)}
+        dirs = [workdir, self.checkpoint_dir(req.run_id), self.output_dir(req.run_id), home]
+        desc = self.sandbox.describe(
+            req.run_id, writable=[*dirs, metrics], chdir=workdir, env=env, command=req.command
+        )
+        isolation.hand_over(desc, [metrics])
+        return env, desc
 
     def observe(self, run_id: str, attempt: int) -> Observation:
         adir = self.attempt_dir(run_id, attempt)
         status = process.read_status(adir)
         if status and status.get("phase") == "exited":
-            return Observation(
-                phase="exited",
-                started_at=status.get("started_at"),
-                finished_at=status.get("finished_at"),
-                pid=status.get("pid"),
-                exit=AttemptExit(
-                    outcome=str(status.get("outcome")),
-                    exit_code=status.get("exit_code"),
-                    signal=status.get("signal"),
-                    error=status.get("error"),
-                ),
-            )
+            return _exited(status)
         spid = process.read_supervisor_pid(adir)
-        if spid is not None and not process.pid_alive(spid):
+        # Its pid may belong to another process by now (pids are reused): look closer.
+        if spid is not None and not process.is_supervisor_of(spid, adir):
             # Re-read: the supervisor may have written its final status just before exiting.
             status = process.read_status(adir)
             if status and status.get("phase") == "exited":
-                return self.observe(run_id, attempt)
-            return _lost("the run's supervisor exited without recording the result")
+                return _exited(status)
+            return self._orphaned(run_id, attempt, status or {})
         if spid is None and not _recently_launched(adir):
             return _lost("the run's supervisor never started")
         if status and status.get("phase") == "running":
@@ -118,11 +151,81 @@ class LocalExecutor:
             )
         return Observation(phase="starting")
 
+    def _orphaned(self, run_id: str, attempt: int, status: dict[str, Any]) -> Observation:
+        """The supervisor died without a result: stop what it left, then report the end.
+
+        "stopping" while any process of the attempt is alive (the run keeps its GPUs: a
+        GPU is not given out again until the process that held it is gone); then
+        "exited", as ``lost``, or ``cancelled`` when a cancel was asked for meanwhile.
+        """
+        key = (run_id, attempt)
+        pgid = status.get("pgid")
+        left = orphans.stop_leftovers(run_id, attempt, pgid if isinstance(pgid, int) else None)
+        if left:
+            self._stopped.setdefault(key, set()).update(left)
+            shown = ", ".join(map(str, left[:10])) + (" ..." if len(left) > 10 else "")
+            return Observation(
+                phase="stopping",
+                started_at=status.get("started_at"),
+                pid=status.get("pid"),
+                detail=(
+                    "the run's supervisor vanished without recording the result; stopping "
+                    f"{_count(len(left), 'leftover process', 'leftover processes')} "
+                    f"(pid {shown}) before its resources are given out again"
+                ),
+            )
+        stopped = self._stopped.pop(key, set())
+        adir = self.attempt_dir(run_id, attempt)
+        (adir / RESERVE_FILE).unlink(missing_ok=True)
+        detail = (
+            f"{_count(len(stopped), 'leftover process was', 'leftover processes were')} stopped"
+            if stopped
+            else None
+        )
+        why = "the run's supervisor exited without recording the result"
+        if (adir / CANCEL_FILE).exists():
+            done = "its supervisor had vanished" + (f"; {detail}" if detail else "")
+            return Observation(
+                phase="exited",
+                started_at=status.get("started_at"),
+                finished_at=time.time(),
+                exit=AttemptExit(outcome="cancelled", exit_code=None, detail=done),
+            )
+        return Observation(
+            phase="exited",
+            started_at=status.get("started_at"),
+            finished_at=time.time(),
+            exit=AttemptExit(outcome="lost", exit_code=None, error=why, detail=detail),
+        )
+
     def is_launched(self, run_id: str, attempt: int) -> bool:
         return (self.attempt_dir(run_id, attempt) / "launch.json").exists()
 
     def cancel(self, run_id: str, attempt: int) -> bool:
         return process.request_cancel(self.attempt_dir(run_id, attempt))
+
+
+def _exited(status: dict[str, Any]) -> Observation:
+    oom = status.get("oom")
+    detail = status.get("detail")
+    return Observation(
+        phase="exited",
+        started_at=status.get("started_at"),
+        finished_at=status.get("finished_at"),
+        pid=status.get("pid"),
+        exit=AttemptExit(
+            outcome=str(status.get("outcome")),
+            exit_code=status.get("exit_code"),
+            signal=status.get("signal"),
+            error=status.get("error"),
+            oom=oom if isinstance(oom, bool) else None,
+            detail=detail if isinstance(detail, str) else None,
+        ),
+    )
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
 
 
 def _lost(why: str) -> Observation:

@@ -117,7 +117,7 @@ def pid_alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def _is_supervisor_of(pid: int, attempt_dir: Path) -> bool:
+def is_supervisor_of(pid: int, attempt_dir: Path) -> bool:
     """Whether ``pid`` is alive and is the supervisor of ``attempt_dir``, not a recycled pid."""
     if not pid_alive(pid):
         return False
@@ -137,7 +137,7 @@ def _is_supervisor_of(pid: int, attempt_dir: Path) -> bool:
 def supervisor_running(attempt_dir: Path) -> bool:
     """Whether the supervisor of ``attempt_dir`` is alive (False before it wrote its pid)."""
     pid = read_supervisor_pid(attempt_dir)
-    return pid is not None and _is_supervisor_of(pid, attempt_dir)
+    return pid is not None and is_supervisor_of(pid, attempt_dir)
 
 
 def request_cancel(attempt_dir: Path) -> bool:
@@ -155,7 +155,7 @@ def request_cancel(attempt_dir: Path) -> bool:
     pid = read_supervisor_pid(attempt_dir)
     if pid is None:
         return True
-    if not _is_supervisor_of(pid, attempt_dir):
+    if not is_supervisor_of(pid, attempt_dir):
         return False
     try:
         os.kill(pid, signal.SIGTERM)

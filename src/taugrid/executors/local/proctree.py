@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
+from collections.abc import Callable
+from typing import Any
 
 
 def stat_fields(pid: str) -> list[str] | None:
@@ -47,7 +50,18 @@ def killpg(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
 
 
+PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
+_libc: Any = None
+
+
+def _prctl() -> Any:
+    global _libc
+    if _libc is None:
+        import ctypes
+
+        _libc = ctypes.CDLL(None, use_errno=True)
+    return _libc.prctl
 
 
 def become_subreaper() -> str | None:
@@ -56,13 +70,52 @@ def become_subreaper() -> str | None:
     found, stopped and reaped with the run. Linux only; elsewhere the group is all.
     Returns why it could not, or None."""
     try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        _prctl()(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     except (OSError, AttributeError) as exc:
         return f"cannot become a child subreaper: {exc}"
     return None
+
+
+def die_with_us() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child get SIGKILL when this process dies.
+
+    The workload's main process then cannot outlive a supervisor killed with ``kill -9``
+    (its grandchildren can, in sessions of their own: the server finds and stops those,
+    see ``orphans``). The setting survives exec, not a change of uid (a sandbox that
+    drops privileges has its own tie to its parent, ``bwrap --die-with-parent``).
+    The supervisor is single-threaded, which ``preexec_fn`` needs. None off Linux.
+    """
+    try:
+        prctl = _prctl()
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # we died before the setting took: follow at once
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec
+
+
+def is_descendant(pid: int, of: int, pgid: int | None = None) -> bool:
+    """Whether ``pid`` (alive or a zombie) is below ``of``, or in group/session ``pgid``."""
+    seen = 0
+    current = str(pid)
+    while seen < 64:
+        fields = stat_fields(current)
+        if not fields or len(fields) < 4:
+            return False
+        if pgid is not None and str(pgid) in (fields[2], fields[3]):
+            return True
+        parent = fields[1]
+        if parent == str(of):
+            return True
+        if parent in ("0", "1", current):
+            return False
+        current, seen = parent, seen + 1
+    return False
 
 
 def descendants() -> list[tuple[int, int, str]]:

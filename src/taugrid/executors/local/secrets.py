@@ -1,17 +1,31 @@
-"""Local secret store: one file per secret under ``$TAU_HOME/secrets`` (stdlib only).
+"""Local secret store: one file per secret, per workspace and per user (stdlib only).
 
 A spec's ``secrets: {HF_TOKEN: hf/token}`` maps an environment variable to a secret
-*reference*. The value lives only here, in a file readable by its owner alone (directory
-0700, files 0600); run records, launch files, API answers and logs carry the reference
-or the file's path, never the value. The supervisor reads the file when it starts the
-workload and puts the value in the workload's environment only (``secret_files`` in
-launch.json).
+*reference*. Values live only here, in files readable by the server's user alone
+(directories 0700, files 0600); run records, launch files, API answers and logs carry the
+reference or the file's path, never the value. The supervisor reads the file when it
+starts the workload and puts the value in the workload's environment only
+(``secret_files`` in launch.json).
+
+Secrets belong to a workspace, and optionally to one user in it (a *personal* secret). A
+run of workspace W submitted by user U resolves each reference among U's personal secrets
+in W first, then W's secrets; never another workspace's. On disk::
+
+    secrets/                       the store (0700)
+      <workspace>/                 a workspace's secrets (0700)
+        hf@token                   reference hf/token (0600)
+        ~users/<user>/hf@token     U's personal hf/token in that workspace
 
 References are ``/``-separated segments of ``[A-Za-z0-9_.-]`` (``hf/token``,
-``wandb.api-key``), at most 253 characters, no ``..``. Each is stored flat, as one file
-whose name is the reference with ``/`` written as ``@`` (a character references cannot
-contain), so ``hf`` and ``hf/token`` can both exist and nothing is ever created outside
-the store's directory.
+``wandb.api-key``), at most 253 characters, no ``..``; a file's name is the reference with
+``/`` written as ``@`` (not in the alphabet), so ``hf`` and ``hf/token`` both exist and no
+name leaves its directory. Names starting with ``~`` (not in the alphabet either) are
+the store's own: ``~users``, temp files ``~tmp.*``. Workspace names are DNS names; user
+names are written with every character outside ``[A-Za-z0-9_-]`` as ``%XX`` (UTF-8), or as
+``#<sha256>`` when that is too long for a file name: one-to-one, and never ``.``/``..``.
+
+Before workspaces, the store was one flat directory; :meth:`LocalSecretStore.migrate_flat_layout`
+moves such secrets into the ``default`` workspace once, at server start.
 
 Nothing in this module puts a value into an exception message, a log line or a repr.
 """
@@ -19,6 +33,7 @@ Nothing in this module puts a value into an exception message, a log line or a r
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import stat
@@ -26,26 +41,42 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from taugrid.domain.credentials import credential_shape
 from taugrid.errors import NotFound, UsageError
 from taugrid.executors.local.files import fsync_dir
 from taugrid.home import tau_home
 
 MAX_REF_LEN = 253
 MAX_VALUE_BYTES = 64 * 1024
+MAX_NAME_ON_DISK = 200  # below NAME_MAX (255) with room for the temp-file prefix
 DIR_MODE = 0o700
 FILE_MODE = 0o600
+DEFAULT_WORKSPACE = "default"
 
 _SEGMENT = r"[A-Za-z0-9_.-]+"
 _REF = re.compile(rf"{_SEGMENT}(?:/{_SEGMENT})*")
+# Workspace names as specs allow them (DNS subdomains): never "." or "..", never "~...".
+_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_WORKSPACE = re.compile(rf"{_LABEL}(\.{_LABEL})*")
+_WORKSPACE_MAX = 253
 _SEP_ON_DISK = "@"  # not in the reference alphabet: the encoding is one-to-one
-_TMP_PREFIX = "~tmp."  # "~" is not in the alphabet either: temp files are never refs
+_OWN = "~"  # not in the alphabet: names starting with it are never refs
+_TMP_PREFIX = "~tmp."
+_USERS_DIR = "~users"
+_MIGRATING_DIR = "~flat"  # the old flat secrets gathered here, then renamed into place
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_-]")
+_PLAIN_USER = re.compile(rf"[A-Za-z0-9_-]{{1,{MAX_NAME_ON_DISK}}}")
 
 
 def check_ref(ref: str) -> str:
-    """``ref`` if it is a valid secret reference, else :class:`UsageError`."""
+    """``ref`` if it is a valid secret reference, else :class:`UsageError`.
+
+    The message says what is wrong without repeating the text: a user who typed the
+    value where the reference goes must not see it printed back.
+    """
     problem = _ref_problem(ref)
     if problem is not None:
-        raise UsageError(f"invalid secret reference {ref!r}: {problem}")
+        raise UsageError(f"invalid secret reference: {problem}")
     return ref
 
 
@@ -65,6 +96,31 @@ def _ref_problem(ref: object) -> str | None:
     return None
 
 
+def refuse_value_as_ref(ref: str) -> None:
+    """:class:`UsageError` when a new secret's reference looks like a credential: the
+    value typed where the name goes would be shown by every listing and audit entry."""
+    shape = credential_shape(ref)
+    if shape is not None:
+        raise UsageError(
+            f"the secret reference looks like {shape}, not a name; give a name as REF "
+            "(e.g. hf/token) and the value on stdin or at the prompt"
+        )
+
+
+def check_workspace(workspace: object) -> str:
+    """``workspace`` if it is a valid workspace name (a DNS label), else :class:`UsageError`."""
+    if (
+        not isinstance(workspace, str)
+        or len(workspace) > _WORKSPACE_MAX
+        or not _WORKSPACE.fullmatch(workspace)
+    ):
+        raise UsageError(
+            "invalid workspace name: lowercase letters, digits, '-' and '.', starting and "
+            f"ending with a letter or digit, at most {_WORKSPACE_MAX} characters"
+        )
+    return workspace
+
+
 def check_value(value: object) -> str:
     """``value`` if it can be stored and put in an environment, else :class:`UsageError`.
 
@@ -81,20 +137,61 @@ def check_value(value: object) -> str:
     return value
 
 
-def not_set_message(ref: str) -> str:
-    return f"secret {ref!r} is not set; set it with: tau secret set {ref}"
+def user_on_disk(user: str) -> str:
+    """The directory name of ``user``'s personal secrets (see the module docstring)."""
+    if not isinstance(user, str) or not user:
+        raise UsageError("a personal secret needs a user name")
+    if _PLAIN_USER.fullmatch(user):
+        return user  # the usual name, spelled as is
+    name = "".join(
+        c if _PLAIN_NAME.fullmatch(c) else "".join(f"%{b:02X}" for b in c.encode("utf-8"))
+        for c in user
+    )
+    if len(name) > MAX_NAME_ON_DISK:
+        return "#" + hashlib.sha256(user.encode("utf-8", "surrogatepass")).hexdigest()
+    return name
+
+
+def set_command(ref: str, workspace: str, *, personal: bool = False) -> str:
+    return f"tau secret set {ref} --workspace {workspace}" + (" --personal" if personal else "")
+
+
+def not_set_message(ref: str, workspace: str, *, personal: bool = False) -> str:
+    return (
+        f"secret {ref!r} is not set in workspace {workspace!r}; set it with: "
+        f"{set_command(ref, workspace, personal=personal)}"
+    )
+
+
+@dataclass(frozen=True)
+class SecretScope:
+    """Whose secrets: a workspace's (``owner`` None) or one user's personal ones in it."""
+
+    workspace: str
+    owner: str | None = None
+
+    @property
+    def kind(self) -> str:
+        return "workspace" if self.owner is None else "personal"
+
+    def __str__(self) -> str:
+        if self.owner is None:
+            return f"workspace {self.workspace!r}"
+        return f"{self.owner}'s personal secrets in workspace {self.workspace!r}"
 
 
 @dataclass(frozen=True)
 class SecretEntry:
-    """What may be shown about a secret: its reference and when it was last set."""
+    """What may be shown about a secret: its reference, scope and when it was last set."""
 
     ref: str
     updated_at: float
+    scope: str = "workspace"  # workspace | personal
+    owner: str | None = None
 
 
 class LocalSecretStore:
-    """Secrets of one machine, in ``root`` (default ``$TAU_HOME/secrets``)."""
+    """Secrets of one server, in ``root`` (default ``$TAU_HOME/secrets``)."""
 
     def __init__(self, root: Path | None = None) -> None:
         self.root = Path(root) if root is not None else tau_home() / "secrets"
@@ -103,71 +200,88 @@ class LocalSecretStore:
         return f"LocalSecretStore({str(self.root)!r})"
 
     # -- paths ---------------------------------------------------------------------------
-    def _file(self, ref: str) -> Path:
-        return self.root / check_ref(ref).replace("/", _SEP_ON_DISK)
+    def dir_of(self, scope: SecretScope) -> Path:
+        ws = self.root / check_workspace(scope.workspace)
+        if scope.owner is None:
+            return ws
+        return ws / _USERS_DIR / user_on_disk(scope.owner)
 
-    def ensure_root(self) -> Path:
-        """Create the directory (0700), tightening its mode if it already exists."""
+    def file_of(self, scope: SecretScope, ref: str) -> Path:
+        """Where ``ref`` of ``scope`` is (or would be) kept; no check that it is set."""
+        return self.dir_of(scope) / check_ref(ref).replace("/", _SEP_ON_DISK)
+
+    def _ensure_dir(self, scope: SecretScope) -> Path:
+        """Create the scope's directory and those above it (0700), tightening modes."""
+        target = self.dir_of(scope)
         self.root.parent.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(FileExistsError):
-            self.root.mkdir(mode=DIR_MODE)
-        st = self.root.lstat()
-        if not stat.S_ISDIR(st.st_mode):
-            raise UsageError(f"{self.root} must be a directory")
-        if stat.S_IMODE(st.st_mode) != DIR_MODE:
-            os.chmod(self.root, DIR_MODE)
-        return self.root
+        path = self.root
+        for part in (None, *target.relative_to(self.root).parts):
+            if part is not None:
+                path = path / part
+            _private_dir(path)
+        return target
 
-    def path_of(self, ref: str) -> Path:
-        """The file holding ``ref``'s value; :class:`NotFound` when it is not set."""
-        path = self._file(ref)
+    def path_of(self, scope: SecretScope, ref: str) -> Path:
+        """The file holding ``ref``'s value in ``scope``; :class:`NotFound` when not set."""
+        path = self.file_of(scope, ref)
         if not path.is_file():
-            raise NotFound(not_set_message(ref))
+            raise NotFound(not_set_message(ref, scope.workspace, personal=scope.owner is not None))
         return path
 
     # -- reads ---------------------------------------------------------------------------
-    def exists(self, ref: str) -> bool:
-        return self._file(ref).is_file()
+    def exists(self, scope: SecretScope, ref: str) -> bool:
+        return self.file_of(scope, ref).is_file()
 
-    def missing(self, refs: Iterable[str]) -> list[str]:
-        """The references of ``refs`` that are not set, once each, in the order given."""
-        return [ref for ref in dict.fromkeys(refs) if not self.exists(ref)]
+    def resolve(self, workspace: str, user: str | None, ref: str) -> Path | None:
+        """The file a run of ``workspace`` submitted by ``user`` gets for ``ref``: the
+        user's personal secret, else the workspace's; None when neither is set."""
+        scopes = [SecretScope(workspace, user)] if user else []
+        for scope in (*scopes, SecretScope(workspace)):
+            path = self.file_of(scope, ref)
+            if path.is_file():
+                return path
+        return None
 
-    def entries(self) -> list[SecretEntry]:
-        """Every secret's reference and modification time, sorted by reference."""
+    def missing(self, workspace: str, user: str | None, refs: Iterable[str]) -> list[str]:
+        """The references of ``refs`` that resolve to nothing, once each, in order given."""
+        return [ref for ref in dict.fromkeys(refs) if self.resolve(workspace, user, ref) is None]
+
+    def entries(self, scope: SecretScope) -> list[SecretEntry]:
+        """Every secret of ``scope``: reference and modification time, sorted by reference."""
+        where = self.dir_of(scope)
         try:
-            names = os.listdir(self.root)
-        except FileNotFoundError:
+            names = os.listdir(where)
+        except (FileNotFoundError, NotADirectoryError):
             return []
         out = []
         for name in names:
             ref = name.replace(_SEP_ON_DISK, "/")
-            if name.startswith(_TMP_PREFIX) or _ref_problem(ref) is not None:
+            if name.startswith(_OWN) or _ref_problem(ref) is not None:
                 continue
             try:
-                st = (self.root / name).lstat()
+                st = (where / name).lstat()
             except FileNotFoundError:
                 continue  # deleted meanwhile
             if stat.S_ISREG(st.st_mode):
-                out.append(SecretEntry(ref, st.st_mtime))
+                out.append(SecretEntry(ref, st.st_mtime, scope.kind, scope.owner))
         return sorted(out, key=lambda e: e.ref)
 
-    def refs(self) -> list[str]:
-        """The references that are set (names only), sorted."""
-        return [e.ref for e in self.entries()]
+    def refs(self, scope: SecretScope) -> list[str]:
+        """The references set in ``scope`` (names only), sorted."""
+        return [e.ref for e in self.entries(scope)]
 
     # -- writes --------------------------------------------------------------------------
-    def set(self, ref: str, value: str) -> None:
-        """Store ``value`` for ``ref`` (replacing any), atomically and durably.
+    def set(self, scope: SecretScope, ref: str, value: str) -> None:
+        """Store ``value`` for ``ref`` in ``scope`` (replacing any), atomically and durably.
 
         Readers see the old value or the new one, never a partial file: the value is
         written to a 0600 temp file in the same directory, fsynced, renamed over the
         target, and the directory is fsynced.
         """
-        path = self._file(ref)
+        path = self.file_of(scope, ref)
         check_value(value)
-        root = self.ensure_root()
-        tmp = root / f"{_TMP_PREFIX}{os.getpid()}.{os.urandom(6).hex()}"
+        where = self._ensure_dir(scope)
+        tmp = where / f"{_TMP_PREFIX}{os.getpid()}.{os.urandom(6).hex()}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE)
         try:
             try:
@@ -184,42 +298,147 @@ class LocalSecretStore:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
             raise
-        fsync_dir(root)
+        fsync_dir(where)
 
-    def delete(self, ref: str) -> bool:
-        """Remove ``ref``; False when it was not set."""
-        path = self._file(ref)
+    def delete(self, scope: SecretScope, ref: str) -> bool:
+        """Remove ``ref`` from ``scope``; False when it was not set there."""
+        path = self.file_of(scope, ref)
         try:
             path.unlink()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return False
-        fsync_dir(self.root)
+        fsync_dir(path.parent)
         return True
 
+    # -- the flat layout of before workspaces -------------------------------------------------
+    def migrate_flat_layout(self, workspace: str = DEFAULT_WORKSPACE) -> int:
+        """Move secrets of the old flat layout (files directly in the store) into
+        ``workspace``'s directory; the number moved. Safe to run at every start.
 
-def require_secrets(store: LocalSecretStore, spec_secrets: Mapping[str, str]) -> None:
-    """Submit-time check: :class:`UsageError` naming every reference that is not set."""
-    missing = store.missing(spec_secrets.values())
+        The files are hard-linked into ``~flat/``, which is then renamed to the
+        workspace's directory: that one rename is the switch, so a crash leaves either the
+        old layout whole or the new one (the old links are removed after). When the
+        workspace already has a directory, each file is renamed into it instead, where the
+        newer of two values of one reference wins. Values are never copied or rewritten.
+        """
+        check_workspace(workspace)
+        try:
+            names = os.listdir(self.root)
+        except FileNotFoundError:
+            return 0
+        staging = self.root / _MIGRATING_DIR
+        flat = []
+        for name in names:
+            st = os.lstat(self.root / name)
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            if name.startswith(_TMP_PREFIX):
+                os.unlink(self.root / name)  # a write the old server never finished
+            elif _ref_problem(name.replace(_SEP_ON_DISK, "/")) is None:
+                flat.append(name)
+        if not flat and not staging.is_dir():
+            return 0
+        _private_dir(self.root)
+        _private_dir(staging)
+        for name in flat:
+            tmp = staging / f"{_TMP_PREFIX}{name}"
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            os.link(self.root / name, tmp)
+            os.replace(tmp, staging / name)
+        fsync_dir(staging)
+        target = self.root / workspace
+        if workspace in flat:
+            # A flat secret named like the workspace holds the name; it is in staging now.
+            os.unlink(target)
+        if not target.exists():
+            os.rename(staging, target)
+        else:
+            _merge_into(staging, target)
+        fsync_dir(target)
+        for name in flat:
+            if name != workspace:  # that one was unlinked before the switch
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.root / name)
+        fsync_dir(self.root)
+        return len(flat)
+
+
+def _private_dir(path: Path) -> None:
+    """``path`` exists as a real directory (not a symlink) with mode 0700."""
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=DIR_MODE)
+    st = path.lstat()
+    if not stat.S_ISDIR(st.st_mode):
+        raise UsageError(f"{path} must be a directory")
+    if stat.S_IMODE(st.st_mode) != DIR_MODE:
+        os.chmod(path, DIR_MODE)
+
+
+def _merge_into(staging: Path, target: Path) -> None:
+    _private_dir(target)
+    for name in os.listdir(staging):
+        src, dst = staging / name, target / name
+        if name.startswith(_OWN):
+            os.unlink(src)
+            continue
+        try:
+            old = dst.lstat()
+        except FileNotFoundError:
+            old = None
+        new = src.lstat()
+        if old is not None and (old.st_ino == new.st_ino or old.st_mtime >= new.st_mtime):
+            os.unlink(src)  # already moved by an interrupted migration, or set since
+        else:
+            os.replace(src, dst)
+    fsync_dir(target)
+    os.rmdir(staging)
+
+
+def require_secrets(
+    store: LocalSecretStore,
+    workspace: str,
+    user: str | None,
+    spec_secrets: Mapping[str, str],
+    *,
+    personal: bool = False,
+) -> None:
+    """Submit-time check: :class:`UsageError` naming every reference that resolves to
+    nothing for a run of ``workspace`` by ``user``, with the commands that set them
+    (``--personal`` ones when ``personal``: the submitter may not set workspace secrets)."""
+    missing = store.missing(workspace, user, spec_secrets.values())
     if not missing:
         return
     if len(missing) == 1:
-        raise UsageError(not_set_message(missing[0]))
-    commands = "; ".join(f"tau secret set {ref}" for ref in missing)
+        raise UsageError(not_set_message(missing[0], workspace, personal=personal))
+    commands = "; ".join(set_command(ref, workspace, personal=personal) for ref in missing)
     names = ", ".join(repr(ref) for ref in missing)
-    raise UsageError(f"secrets {names} are not set; set them with: {commands}")
+    raise UsageError(
+        f"secrets {names} are not set in workspace {workspace!r}; set them with: {commands}"
+    )
 
 
 def secret_files(
-    store: LocalSecretStore, spec_secrets: Mapping[str, str], *, must_exist: bool = True
+    store: LocalSecretStore,
+    workspace: str,
+    user: str | None,
+    spec_secrets: Mapping[str, str],
+    *,
+    must_exist: bool = True,
 ) -> dict[str, str]:
-    """``secret_files`` for launch.json: environment variable -> absolute path of its file.
+    """``secret_files`` for launch.json: environment variable -> absolute path of the file
+    that ``workspace``'s run by ``user`` gets (personal first, then the workspace's).
 
-    Raises :class:`NotFound` for a reference that is not set, unless ``must_exist`` is
-    false: then the path is given anyway and the supervisor fails the attempt (as a
-    command that cannot start) if the file is still missing when it starts.
+    Raises :class:`NotFound` for a reference that resolves to nothing, unless
+    ``must_exist`` is false: then the workspace's path is given anyway and the supervisor
+    fails the attempt (as a command that cannot start) if it is still missing then.
     """
     files = {}
     for env_name, ref in spec_secrets.items():
-        path = store.path_of(ref) if must_exist else store._file(ref)
+        path = store.resolve(workspace, user, ref)
+        if path is None:
+            if must_exist:
+                raise NotFound(not_set_message(ref, workspace))
+            path = store.file_of(SecretScope(workspace), ref)
         files[env_name] = str(path.absolute())
     return files

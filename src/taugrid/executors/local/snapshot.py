@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
-from taugrid.errors import SnapshotTooLarge, TauError, UsageError
+from taugrid.domain.submit_limits import MAX_SNAPSHOT_BYTES, MAX_SNAPSHOT_MEMBERS
+from taugrid.errors import SnapshotInvalid, SnapshotTooLarge, TauError, UsageError
 from taugrid.executors.local.files import fsync_dir
 from taugrid.executors.local.ignore import IgnorePattern, is_ignored, parse_patterns
 
@@ -34,7 +35,7 @@ META_DIR = ".tau-snapshot"
 ALWAYS_SKIPPED = frozenset({".git", "__pycache__"})
 """Never code: repository internals (the commit and diff go to git.json) and bytecode."""
 
-DEFAULT_MAX_BYTES = 100 * 2**20
+DEFAULT_MAX_BYTES = MAX_SNAPSHOT_BYTES  # the server accepts no more (domain.submit_limits)
 _GIT_TIMEOUT_S = 30.0
 _CHUNK = 1 << 20
 
@@ -325,6 +326,13 @@ def create_snapshot(
     if git is not None:
         extra.append(("git.diff", git[1]))
         extra.append(("git.json", (json.dumps(git[0], indent=2, sort_keys=True) + "\n").encode()))
+    members = len(entries) + (len(extra) + 1 if extra else 0)  # META_DIR and its files
+    if members > MAX_SNAPSHOT_MEMBERS:
+        raise SnapshotTooLarge(
+            f"code snapshot of {workdir} has {len(entries)} files and directories, over the "
+            f"{MAX_SNAPSHOT_MEMBERS} limit; exclude what the run does not need with "
+            f"`exclude:` in tau.yaml or {workdir / '.tauignore'} (gitignore syntax)"
+        )
 
     store_dir = Path(store_dir)
     store_dir.mkdir(parents=True, exist_ok=True)
@@ -341,7 +349,7 @@ def create_snapshot(
         if final.exists():
             tmp.unlink()  # same content already stored: keep the existing file
         else:
-            os.chmod(tmp, 0o644)
+            os.chmod(tmp, 0o600)  # code is private to its owner, like all of TAU_HOME
             os.replace(tmp, final)
             fsync_dir(store_dir)
     except BaseException:
@@ -357,18 +365,61 @@ def create_snapshot(
     )
 
 
+def _shown(name: str) -> str:
+    """A member path for an error message: quoted (no control characters reach a
+    terminal) and cut short."""
+    return repr(name if len(name) <= 200 else name[:200] + "...")
+
+
 def _check_member(member: tarfile.TarInfo) -> None:
     name = member.name
     parts = PurePosixPath(name).parts
     if name.startswith("/") or not parts or ".." in parts:
-        raise TauError(f"unsafe path {name!r} in snapshot archive")
+        raise SnapshotInvalid(f"unsafe path {_shown(name)} in snapshot archive")
     if member.issym():
         if _link_escapes(name.rstrip("/"), member.linkname):
-            raise TauError(
-                f"symlink {name!r} -> {member.linkname!r} in snapshot archive escapes it"
+            raise SnapshotInvalid(
+                f"symlink {_shown(name)} in snapshot archive points outside the workdir"
             )
     elif not (member.isreg() or member.isdir()):
-        raise TauError(f"unsupported member {name!r} (type {member.type!r}) in snapshot archive")
+        raise SnapshotInvalid(
+            f"unsupported member {_shown(name)} (type {member.type!r}) in snapshot archive: "
+            "only files, directories and symlinks inside the workdir"
+        )
+
+
+def check_archive(path: Path, max_content_bytes: int = MAX_SNAPSHOT_BYTES) -> None:
+    """Refuse what :func:`unpack_snapshot` would refuse at launch, before a run uses it.
+
+    One streaming pass over the members (nothing is extracted, and members are not kept):
+    :class:`SnapshotInvalid` names the first unsafe member (an absolute path, ``..``, a
+    symlink leaving the workdir, a hard link, a device or fifo) and never its content;
+    :class:`SnapshotTooLarge` when the files would unpack to more than
+    ``max_content_bytes`` or there are more than ``MAX_SNAPSHOT_MEMBERS`` members (a
+    decompression bomb stops there, before the rest is inflated).
+    """
+    content = count = 0
+    try:
+        with tarfile.open(path, "r|gz") as tar:
+            while (member := tar.next()) is not None:
+                # A TarFile keeps every header it has read (not in the type stubs).
+                tar.members.clear()  # type: ignore[attr-defined]
+                count += 1
+                _check_member(member)
+                content += member.size if member.isreg() else 0
+                if content > max_content_bytes:
+                    raise SnapshotTooLarge(
+                        f"snapshot files unpack to more than the server's "
+                        f"{_human(max_content_bytes)} limit"
+                    )
+                if count > MAX_SNAPSHOT_MEMBERS:
+                    raise SnapshotTooLarge(
+                        f"snapshot has more than the server's {MAX_SNAPSHOT_MEMBERS} members"
+                    )
+    except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        raise SnapshotInvalid(
+            f"snapshot is not a valid tar.gz archive ({type(exc).__name__})"
+        ) from None
 
 
 def unpack_snapshot(archive: Path, dest: Path) -> None:

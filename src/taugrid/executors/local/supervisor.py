@@ -12,7 +12,16 @@ a run survives the server being killed. Contract (all inside ATTEMPT_DIR):
   the attempt like a command that cannot start (exit 127), naming the variable and path;
 - out: ``supervisor.pid`` (created exclusively once signal handlers are installed),
   ``status.json`` (phase "running", then "exited"), ``output.log`` (the workload's
-  stdout and stderr interleaved), ``supervisor.log`` (this process's own diagnostics).
+  stdout and stderr interleaved; with secrets, through a pipe that masks their values,
+  ``logmask``), ``supervisor.log`` (this process's own diagnostics);
+- faults: the workload's main process gets SIGKILL when the supervisor dies
+  (``proctree.die_with_us``); ``oom`` in status.json says whether the kernel's OOM
+  killer ended it (``oomwatch``); ``diskguard`` stops a run over its disk limit
+  (``disk_limit_bytes``, outcome ``disk_limit``) and reports a failure on a full disk
+  as ``disk_full``, keeping a small reserve file so the last status can be written;
+- sandbox: with ``sandbox`` in launch.json the workload runs in bubblewrap as that
+  description says (``sandbox.bwrap_argv``); ``sandboxrun`` keeps the stop, exit status
+  and output semantics above exactly what they are without one. Files made here are 0600.
 
 Start-up time is on the submit-to-running path, so this module and the ones it imports
 (``proctree``, ``launchfile``) use only cheap stdlib modules up front (http.client,
@@ -37,7 +46,7 @@ from typing import Any
 if not __package__:  # run as a file (python -I -S .../supervisor.py): find our own package
     sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), *[".."] * 3)))
 
-from taugrid.executors.local import launchfile, proctree
+from taugrid.executors.local import diskguard, launchfile, logmask, oomwatch, proctree, sandboxrun
 
 LAUNCH_FILE = "launch.json"
 STATUS_FILE = "status.json"
@@ -99,7 +108,7 @@ def _detach(attempt_dir: str) -> None:
             os.setsid()
     _redirect(os.open(os.devnull, os.O_RDONLY), (0,))
     log = os.open(
-        os.path.join(attempt_dir, SUPERVISOR_LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
+        os.path.join(attempt_dir, SUPERVISOR_LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
     )
     _redirect(log, (1, 2))
 
@@ -114,6 +123,12 @@ class Supervisor:
         self.started_at: float | None = None
         self._started_mono = 0.0
         self._wake_r = -1
+        # Woken by select() besides signals: the output pump, the kernel log (OOM kills).
+        self._watchers: list[logmask.OutputPump | oomwatch.OomWatch] = []
+        self.pump: logmask.OutputPump | None = None
+        self.oom: oomwatch.OomWatch | None = None
+        self.disk: diskguard.DiskGuard | None = None
+        self.sandbox: sandboxrun.Sandbox | None = None  # launch.json "sandbox" (bwrap)
 
     # -- files -----------------------------------------------------------------------
 
@@ -124,13 +139,29 @@ class Supervisor:
         return self.cancel_signalled or os.path.exists(self.path(CANCEL_FILE))
 
     def append_output(self, message: str) -> None:
-        with open(self.path(OUTPUT_LOG), "a", encoding="utf-8") as f:
-            f.write(f"taugrid: {message}\n")
+        def append() -> None:
+            with open(self.path(OUTPUT_LOG), "a", encoding="utf-8") as f:
+                f.write(f"taugrid: {message}\n")
+
+        try:
+            self._on_full_disk(append)
+        except OSError as exc:
+            _log(f"cannot write to {OUTPUT_LOG}: {exc}")
 
     def write_status(self, status: dict[str, Any]) -> None:
         status["supervisor_pid"] = os.getpid()
-        _write_json_atomic(self.path(STATUS_FILE), status)
+        self._on_full_disk(lambda: _write_json_atomic(self.path(STATUS_FILE), status))
         self.notify(status)
+
+    def _on_full_disk(self, write: Any) -> None:
+        """Write; on a full disk, give up the reserve and try once more."""
+        try:
+            write()
+        except OSError as exc:
+            if exc.errno not in diskguard.DISK_ERRNOS or self.disk is None:
+                raise
+            self.disk.release()
+            write()
 
     def notify(self, status: dict[str, Any]) -> None:
         """POST the status to the server; best effort (the server also polls the files)."""
@@ -241,6 +272,29 @@ class Supervisor:
         if self.cancel_requested():
             self.write_status(self.exited_status("cancelled"))
             return 0
+        self.disk = diskguard.DiskGuard(self.dir, self.disk_roots(), launch.get("disk_limit_bytes"))
+        problem = self.disk.make_reserve()
+        if problem:
+            _log(problem)
+        try:
+            return self._run_workload()
+        finally:
+            self.disk.release()  # its job is done; 256 KiB per attempt must not pile up
+
+    def disk_roots(self) -> list[str]:
+        """What a run's disk limit covers: its directory (runs/<id>: workdir, outputs,
+        checkpoints, every attempt's logs) and wherever its workdir, outputs or
+        checkpoints are."""
+        launch = self.launch
+        env = launch.get("env") or {}
+        roots = [self.dir, launch["cwd"], launch.get("output_dir") or ""]
+        roots.append(env.get("TAU_CHECKPOINT_DIR", ""))
+        attempts = os.path.dirname(self.dir)
+        if os.path.basename(attempts) == "attempts":  # runs/<id>/attempts/<k>
+            roots.append(os.path.dirname(attempts))
+        return roots
+
+    def _run_workload(self) -> int:
         proc = self.start()
         if proc is None:
             return 0
@@ -266,25 +320,40 @@ class Supervisor:
             except OSError as exc:
                 _log(f"cannot create output_dir: {exc}")
         argv = launchfile.workload_argv(launch["command"], launch.get("setup"))
-        log_fd = os.open(self.path(OUTPUT_LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        log_fd = os.open(self.path(OUTPUT_LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
             if not os.path.isdir(cwd):
                 raise FileNotFoundError(f"working directory {cwd} does not exist")
-            # The workload's environment alone gets the values; nothing keeps a reference.
-            proc = subprocess.Popen(
-                argv,
-                cwd=cwd,
-                env={**launch["env"], **launchfile.read_secrets(launch.get("secret_files"))},
-                stdin=subprocess.DEVNULL,
-                stdout=log_fd,
-                stderr=log_fd,
-                start_new_session=True,  # own process group: one signal reaches it all
-                close_fds=True,
-            )
+            # The values go into the workload's environment and, when there are any, into
+            # the masker of its output; nothing else keeps them.
+            secrets = launchfile.read_secrets(launch.get("secret_files"))
+            out_fd = self.output_to(log_fd, secrets.values())
+            self.sandbox = sandboxrun.Sandbox.from_launch(launch)
+            argv, pass_fds = self.sandbox.wrap(argv) if self.sandbox else (argv, ())
+            try:
+                proc = subprocess.Popen(
+                    argv,
+                    pass_fds=pass_fds,
+                    cwd=cwd,
+                    env={**launch["env"], **secrets},
+                    stdin=subprocess.DEVNULL,
+                    stdout=out_fd,
+                    stderr=out_fd,
+                    start_new_session=True,  # own process group: one signal reaches it all
+                    close_fds=True,
+                    preexec_fn=proctree.die_with_us(),
+                )
+            finally:
+                if out_fd != log_fd:
+                    os.close(out_fd)  # the workload holds the write end now
         except OSError as exc:
             error = f"cannot start the workload: {exc}"
-            os.write(log_fd, f"taugrid: {error}\n".encode("utf-8", "replace"))
-            os.close(log_fd)
+            with contextlib.suppress(OSError):
+                os.write(log_fd, f"taugrid: {error}\n".encode("utf-8", "replace"))
+            if self.pump is not None:
+                self.pump.finish()  # closes log_fd too
+            else:
+                os.close(log_fd)
             missing = self.copy_outputs()
             self.write_status(
                 self.exited_status(
@@ -295,14 +364,20 @@ class Supervisor:
                 )
             )
             return None
-        os.close(log_fd)
+        if self.pump is None:
+            os.close(log_fd)  # the workload writes to the file itself
         self.pid = proc.pid
+        self.oom = oomwatch.OomWatch(proc.pid, self.is_ours)
+        if self.oom.selectable:
+            self._watchers.append(self.oom)
         self.started_at = time.time()
         self._started_mono = time.monotonic()
         try:
             self.pgid = os.getpgid(proc.pid)
         except OSError:
             self.pgid = proc.pid
+        if self.sandbox is not None:  # the sandbox's own group, not bwrap's
+            self.pgid = self.sandbox.started(proc.pid)
         self.write_status(
             {
                 "phase": "running",
@@ -313,8 +388,46 @@ class Supervisor:
         )
         return proc
 
+    def output_to(self, log_fd: int, secrets: Any) -> int:
+        """Where the workload's stdout and stderr go: the log itself, or with secrets to
+        mask the write end of a pipe that ``self.pump`` copies into the log."""
+        variants = logmask.secret_variants(secrets)
+        if not variants:
+            return log_fd
+        r, w = os.pipe()
+        self.pump = logmask.OutputPump(r, log_fd, logmask.SecretMasker(variants))
+        self._watchers.append(self.pump)
+        return w
+
+    # -- sandbox hooks (sandboxrun: what bwrap changes about signals, status, outputs) ----
+
+    def terminate(self, pgid: int) -> None:
+        """SIGTERM to the workload: its group and every process below us (but bwrap)."""
+        if self.sandbox is not None:
+            self.sandbox.terminate(pgid)
+        else:
+            proctree.kill_tree(pgid, signal.SIGTERM)
+
+    def workload_returncode(self, returncode: int) -> int:
+        """The workload's own return code (bwrap's is in the shell's encoding)."""
+        if self.sandbox is None:
+            return returncode
+        code, failed = self.sandbox.returncode(returncode)
+        if failed:
+            self.append_output(failed)
+            return START_FAILED_EXIT_CODE
+        return code
+
+    def is_ours(self, pid: int) -> bool:
+        """Whether ``pid`` belongs to the workload (for the OOM watch)."""
+        return proctree.is_descendant(pid, os.getpid(), self.pgid)
+
     def _sleep(self, timeout: float | None) -> None:
-        select.select([self._wake_r], [], [], timeout)
+        watchers = [w for w in self._watchers if not getattr(w, "eof", False)]
+        ready, _, _ = select.select([self._wake_r, *watchers], [], [], timeout)
+        for w in ready:
+            if not isinstance(w, int):
+                w.on_ready()
         try:
             while os.read(self._wake_r, 512):
                 pass
@@ -330,22 +443,28 @@ class Supervisor:
         timeout_s = self.launch.get("timeout_s")
         # From the start, not from here: the "running" notify may have taken a while.
         deadline = None if timeout_s is None else self._started_mono + float(timeout_s)
-        reason: str | None = None  # "cancelled" | "timeout" once we start stopping
+        reason: str | None = None  # "cancelled" | "timeout" | "disk_limit" once stopping
         kill_at: float | None = None
+        detail: str | None = None
+        assert self.disk is not None
         while True:
             # WNOWAIT: see the exit without reaping, so the pid (= pgid) stays reserved
             # and signalling the group below cannot hit a recycled process group.
             if os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT):
                 break
             now = time.monotonic()
+            over_limit = self.disk.tick(now)
             if reason is None:
                 if self.cancel_requested():
                     reason = "cancelled"
                 elif deadline is not None and now >= deadline:
                     reason = "timeout"
+                elif over_limit is not None:
+                    reason, detail = "disk_limit", over_limit
+                    self.append_output(over_limit)
                 if reason is not None:
                     _log(f"stopping the workload ({reason}): SIGTERM to group {pgid}")
-                    proctree.kill_tree(pgid, signal.SIGTERM)
+                    self.terminate(pgid)
                     kill_at = now + grace
             if kill_at is not None and now >= kill_at:
                 _log(f"grace over: SIGKILL to group {pgid} and every process below")
@@ -359,29 +478,69 @@ class Supervisor:
         # its process group or in a session of its own (adopted by us, the subreaper).
         if reason is None:
             if proctree.tree_alive(pgid, proc.pid):
-                proctree.kill_tree(pgid, signal.SIGTERM)
+                self.terminate(pgid)
             kill_at = time.monotonic() + min(grace, STRAY_GRACE_S)
         elif kill_at is None:
             kill_at = time.monotonic()
         while time.monotonic() < kill_at and proctree.tree_alive(pgid, proc.pid):
             proctree.reap_orphans(proc.pid)
+            if self.pump is not None:
+                self.pump.pump()  # stray writers must not block on a full pipe meanwhile
             time.sleep(_POLL_S)
         proctree.kill_tree(pgid, signal.SIGKILL)
         proctree.reap_orphans(proc.pid)
-        returncode = proc.wait()  # reap last: frees the pid and the group id
-        if reason is None:
-            reason = "succeeded" if returncode == 0 else "failed"
+        returncode = self.workload_returncode(proc.wait())  # reap last: frees the pid
+        return self.exit_status(reason, returncode, finished_at, detail)
+
+    def exit_status(
+        self, reason: str | None, returncode: int, finished_at: float, detail: str | None
+    ) -> dict[str, Any]:
+        """The exited status of a workload that is gone: outcome, OOM, disk, outputs."""
+        assert self.disk is not None and self.oom is not None
+        if self.pump is not None:
+            self.pump.finish()
         sig = -returncode if returncode < 0 else None
+        exit_code = 128 + sig if sig is not None else returncode
+        oom = None
+        full = None
+        if reason is None and returncode != 0:
+            oom = self.oom.verdict(killed_by_sigkill=exit_code == 128 + signal.SIGKILL)
+            full = None if oom else self.disk.full()
+        self.oom.close()
+        if reason is None:
+            reason = "succeeded" if returncode == 0 else "disk_full" if full else "failed"
+        if full:
+            detail = full
+            self.disk.release()  # room for the last log line and the status
+            self.append_output(full)
+        if self.pump is not None and self.pump.lost_bytes:
+            self.append_output(f"{self.pump.lost_bytes} bytes of output lost: the disk was full")
+        if full:
+            missing = list(self.launch.get("outputs") or [])
+            if missing:
+                self.append_output("outputs not copied: the disk is full")
+        else:
+            missing = self.copy_outputs()
         return self.exited_status(
             reason,
-            exit_code=128 + sig if sig is not None else returncode,
+            exit_code=exit_code,
             signal=sig,
             finished_at=finished_at,
-            missing_outputs=self.copy_outputs(),
+            missing_outputs=missing,
+            oom=oom,
+            detail=detail,
+            disk_used_bytes=self.disk.used,
+            disk_limit_bytes=self.disk.limit,
         )
 
     def copy_outputs(self) -> list[str]:
         """Copy ``outputs`` from cwd into output_dir; the ones that could not be copied."""
+        if self.sandbox is not None:  # as the workload, in its sandbox: see sandboxrun
+            log_fd = os.open(self.path(OUTPUT_LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            try:
+                return self.sandbox.copy_outputs(self.launch, log_fd, self.append_output)
+            finally:
+                os.close(log_fd)
         outputs = self.launch.get("outputs") or []
         output_dir = self.launch.get("output_dir")
         if not outputs or not isinstance(output_dir, str):
