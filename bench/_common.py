@@ -55,6 +55,18 @@ def median(values: Iterable[float]) -> float:
     return statistics.median(list(values))
 
 
+def spread(values: Sequence[float], digits: int = 3) -> dict[str, float]:
+    """Median, quartiles and extremes of ``values`` (rounded): how much a figure moved."""
+    return {
+        "median": round(percentile(values, 50), digits),
+        "p25": round(percentile(values, 25), digits),
+        "p75": round(percentile(values, 75), digits),
+        "min": round(min(values), digits),
+        "max": round(max(values), digits),
+        "n": len(values),
+    }
+
+
 def ms(seconds: float) -> float:
     return round(seconds * 1000.0, 2)
 

@@ -18,6 +18,7 @@ from bench._common import REPO, RESULTS_DIR, fmt_value
 BENCHMARKS = (
     "cli_startup",
     "submit_latency",
+    "short_runs",
     "transitions",
     "crash_resume",
     "checkpoint_persist",

@@ -107,13 +107,14 @@ def test_each_submit_limit_is_a_clear_error_and_records_nothing(server: Server) 
     assert server.runs() == 0
 
     # The spec_hash the CLI sends is checked; a matching one (or none) is accepted, and
-    # the run records the server's own hash.
+    # the run records the server's own hash of what it records (the queue filled in).
     body = server.body()
     ok = server.submit(body)
     assert ok.status_code == 201, ok.text
-    assert ok.json()["run"]["spec_hash"] == body["spec_hash"]
+    recorded = spec_hash({**body["resolved"], "queue": "default"})
+    assert ok.json()["run"]["spec_hash"] == recorded
     without = server.submit({k: v for k, v in body.items() if k != "spec_hash"})
-    assert without.json()["run"]["spec_hash"] == body["spec_hash"]
+    assert without.json()["run"]["spec_hash"] == recorded
 
 
 def test_bodies_over_the_http_limit_are_refused_before_parsing(server: Server) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import urllib.parse
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -39,8 +39,10 @@ class Client:
         body: bytes | BinaryIO | None = None,
         headers: Mapping[str, str] | None = None,
         timeout: float | None = -1.0,
+        progress: Callable[[int], None] | None = None,
     ) -> wire.Response:
-        """Send a request; the caller reads (or streams) the response and closes it."""
+        """Send a request; the caller reads (or streams) the response and closes it.
+        ``progress`` is told how much of a file ``body`` has been sent."""
         url = path if path.startswith("/healthz") else "/api/v1" + path
         if params:
             query = [(k, v) for k, v in _flat(params) if v is not None]
@@ -62,6 +64,7 @@ class Client:
                 body=body,
                 timeout=self.timeout if timeout == -1.0 else timeout,
                 https=self.https,
+                progress=progress,
             )
         except OSError as exc:
             raise ServerUnreachable(
@@ -121,8 +124,15 @@ class Client:
             raise
         return True
 
-    def put_snapshot(self, digest: str, archive: Path, workspace: str) -> None:
-        """Upload the archive file for ``workspace``, streamed from disk."""
+    def put_snapshot(
+        self,
+        digest: str,
+        archive: Path,
+        workspace: str,
+        progress: Callable[[int], None] | None = None,
+    ) -> None:
+        """Upload the archive file for ``workspace``, streamed from disk; ``progress``
+        is told the bytes sent so far as they go."""
         with archive.open("rb") as f:
             self.call(
                 "PUT",
@@ -130,6 +140,7 @@ class Client:
                 params={"workspace": workspace},
                 body=f,
                 headers={"Content-Type": "application/gzip"},
+                progress=progress,
             )
 
     def submit(self, payload: dict[str, Any], idempotency_key: str) -> dict[str, Any]:

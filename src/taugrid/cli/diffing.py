@@ -3,19 +3,23 @@
 :func:`diff_runs` gives the stable ``-o json`` shape (docs/api.md); :func:`render` the text.
 A *change* is ``{"key", "change": "added"|"removed"|"changed", "a", "b"}``: ``added``
 means only run B has the key (``a`` is null), ``removed`` only run A (``b`` is null).
+The files of the two code snapshots (``GET /runs/{ref}/snapshot``: path, size, sha256)
+compare the same way, by path and content: :func:`compare_files`.
 """
 
 from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from taugrid.domain.workload_env import submitter_env
 
 Change = dict[str, Any]
+FileChange = dict[str, Any]  # {"path", "change", "a_size", "b_size"}
 _SHOWN_MAX = 80
+_FILES_SHOWN = 50  # the text lists this many changed files; -o json has them all
 
 
 def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -60,8 +64,42 @@ def _drop_null_parents(side: Mapping[str, Any], other: Mapping[str, Any]) -> dic
     }
 
 
-def diff_runs(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
-    """Compare two run details (``GET /runs/{ref}``)."""
+def compare_files(
+    a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]
+) -> list[FileChange]:
+    """Files added, removed or changed (other content, size or kind) from snapshot A's
+    listing to B's, in path order."""
+    by_a = {str(m["path"]): m for m in a}
+    by_b = {str(m["path"]): m for m in b}
+    out: list[FileChange] = []
+    for path in sorted(by_a.keys() | by_b.keys()):
+        fa, fb = by_a.get(path), by_b.get(path)
+        if fa is not None and fb is not None:
+            if (fa["sha256"], fa.get("type")) == (fb["sha256"], fb.get("type")):
+                continue
+            change = "changed"
+        else:
+            change = "added" if fa is None else "removed"
+        out.append(
+            {
+                "path": path,
+                "change": change,
+                "a_size": None if fa is None else fa["size"],
+                "b_size": None if fb is None else fb["size"],
+            }
+        )
+    return out
+
+
+def diff_runs(
+    a: Mapping[str, Any],
+    b: Mapping[str, Any],
+    files_a: Sequence[Mapping[str, Any]] | None = None,
+    files_b: Sequence[Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Compare two run details (``GET /runs/{ref}``), and their snapshots' files when both
+    listings are given (``code.files``; null when the snapshots differ and no listing was
+    had, ``[]`` when they are the same snapshot)."""
     spec_a, spec_b = a["spec"], b["spec"]
     spec = compare(flatten(spec_a["resolved"]), flatten(spec_b["resolved"]))
 
@@ -74,12 +112,17 @@ def diff_runs(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
     unified = None
     if text_a is not None and text_b is not None and text_a != text_b:
         unified = unified_diff(text_a, text_b, f"{a['id']} git diff", f"{b['id']} git diff")
+    same_snapshot = spec_a["snapshot_digest"] == spec_b["snapshot_digest"]
+    files: list[FileChange] | None = []
+    if not same_snapshot:
+        files = None if files_a is None or files_b is None else compare_files(files_a, files_b)
     code: dict[str, Any] = {
         "snapshot": {
             "a": spec_a["snapshot_digest"],
             "b": spec_b["snapshot_digest"],
-            "same": spec_a["snapshot_digest"] == spec_b["snapshot_digest"],
+            "same": same_snapshot,
         },
+        "files": files,
         "git": git,
         "diff": {
             "a_lines": _lines(text_a),
@@ -190,6 +233,7 @@ def render(d: Mapping[str, Any]) -> str:
             lines.append(f"  snapshot: same ({snap['a'][:12]})")
         else:
             lines.append(f"  snapshot: different ({snap['a'][:12]} -> {snap['b'][:12]})")
+            lines += _file_lines(code.get("files"))
         lines += [change_line(c) for c in code["git"]]
         diff = code["diff"]
         if diff["unified"]:
@@ -226,3 +270,36 @@ def render(d: Mapping[str, Any]) -> str:
 
 
 _KINDS = ("changed", "added", "removed")
+_MARKS = {"changed": "~", "added": "+", "removed": "-"}
+
+
+def _file_lines(files: Sequence[Mapping[str, Any]] | None) -> list[str]:
+    if files is None:
+        return ["  files: not compared (the server did not list a snapshot)"]
+    if not files:  # other archives of the same files (another git record, say)
+        return ["  files: the same in both"]
+    counts = {k: sum(f["change"] == k for f in files) for k in _KINDS}
+    lines = ["  files: " + ", ".join(f"{n} {k}" for k, n in counts.items() if n) + ":"]
+    for f in files[:_FILES_SHOWN]:
+        if f["change"] == "changed":
+            sizes = f"{_size(f['a_size'])} -> {_size(f['b_size'])}"
+        else:
+            sizes = _size(f["b_size"] if f["change"] == "added" else f["a_size"])
+        path = str(f["path"])  # quoted when it holds what a terminal would act on
+        lines.append(
+            f"    {_MARKS[f['change']]} {shown(path, quote=not path.isprintable())} ({sizes})"
+        )
+    if len(files) > _FILES_SHOWN:
+        lines.append(f"    ... and {len(files) - _FILES_SHOWN} more (tau diff -o json lists all)")
+    return lines
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "-"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB"):
+        if size < 1024:
+            return f"{n} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"

@@ -9,16 +9,30 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import click
 
 from taugrid.cli.client import Client
 from taugrid.cli.output import emit_json, output_option
-from taugrid.cli.watch import exit_code_of, follow_logs, wait_for
-from taugrid.errors import UsageError
+from taugrid.cli.watch import Watch, exit_code_of
+from taugrid.errors import SpecError, UsageError
+
+# Where a --set override's problems are reported (taugrid.spec.overrides.OVERRIDE_FILE;
+# not imported: that loads pydantic, which `tau resume` does without).
+OVERRIDE_FILE = "--set"
+
+# The shorthand flags and the field each one sets, in the order they are applied.
+_SHORTHANDS = (
+    ("name", "name"),
+    ("workspace", "workspace"),
+    ("queue", "queue"),
+    ("priority", "priority"),
+    ("gpus", "resources.gpus"),
+)
 
 
 @dataclass(frozen=True)
@@ -34,19 +48,25 @@ class RunFlags:
     detach: bool = False
     output: str = "table"
 
+    def _shorthands(self) -> list[tuple[str, str, object]]:
+        """(flag, field, value) of each shorthand flag given."""
+        given = [(flag, key, getattr(self, flag)) for flag, key in _SHORTHANDS]
+        return [(flag, key, value) for flag, key, value in given if value is not None]
+
     def overrides(self) -> list[str]:
-        """``--set`` texts, then the shorthand flags as the ``--set`` they stand for."""
-        out = list(self.sets)
-        for key, value in (
-            ("name", self.name),
-            ("workspace", self.workspace),
-            ("queue", self.queue),
-            ("priority", self.priority),
-            ("resources.gpus", self.gpus),
-        ):
-            if value is not None:
-                out.append(f"{key}={value}")
-        return out
+        """``--set`` texts, then the shorthand flags as the ``--set`` they stand for (what
+        the record keeps)."""
+        return [*self.sets, *(f"{key}={value}" for _, key, value in self._shorthands())]
+
+    def flag_sources(self) -> dict[str, str]:
+        """Where a problem of a shorthand's override is reported: ``--set name=My_Run``
+        (the override it stands for) -> ``--name My_Run`` (what the user typed)."""
+        import shlex  # only on the error path
+
+        return {
+            f"{OVERRIDE_FILE} {key}={value}": f"--{flag} {shlex.quote(str(value))}"
+            for flag, key, value in self._shorthands()
+        }
 
     @property
     def watching(self) -> bool:
@@ -92,6 +112,20 @@ def run_flags(func: Callable[..., Any]) -> Callable[..., Any]:
     return decorated
 
 
+@contextmanager
+def blamed_on_flags(flags: RunFlags) -> Iterator[None]:
+    """A spec problem caused by ``--name``/``--workspace``/``--queue``/``--priority``/
+    ``--gpus`` names that flag as typed, not the ``--set`` it stands for."""
+    try:
+        yield
+    except SpecError as exc:
+        sources = flags.flag_sources()
+        if not any(p.file in sources for p in exc.problems):
+            raise
+        problems = [replace(p, file=sources.get(p.file, p.file)) for p in exc.problems]
+        raise SpecError(problems) from None
+
+
 def finish_submit(
     ctx: click.Context, client: Client, result: dict[str, Any], flags: RunFlags, note: str = ""
 ) -> None:
@@ -117,15 +151,17 @@ def watch(
 ) -> dict[str, Any] | None:
     """``--follow`` streams the logs, ``--wait`` shows progress; either returns the final
     run detail (printed with ``-o json``) for the caller to exit with its code. Without
-    either, prints where to look next and returns ``None``."""
-    if flags.follow:
-        final = follow_logs(client, run_id)
-    elif flags.wait:
-        final = wait_for(client, run_id, show=flags.output != "json", since=since)
-    else:
+    either, prints where to look next and returns ``None``. Ctrl-C leaves the run going
+    (see :meth:`Watch.interrupted`) and exits 130."""
+    if not flags.watching:
         if flags.output != "json":
             click.echo(f"  tau status {run_id}    tau logs {run_id} -f")
         return None
+    watcher = Watch(client, run_id, show=flags.output != "json")
+    try:
+        final = watcher.follow(since=since) if flags.follow else watcher.wait(since=since)
+    except KeyboardInterrupt:
+        raise click.exceptions.Exit(watcher.interrupted()) from None
     if flags.output == "json":
         emit_json(final)
     return final

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import select
 import socket
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -82,9 +82,11 @@ def request(
     body: bytes | BinaryIO | None = None,
     timeout: float | None = None,
     https: bool = False,
+    progress: Callable[[int], None] | None = None,
 ) -> Response:
     """One request. A file ``body`` is sent from where it stands to its end, piece by
-    piece (an upload is never read into memory)."""
+    piece (an upload is never read into memory); ``progress`` is told the bytes of it
+    sent so far after each piece."""
     sock = socket.create_connection((host, port), timeout=timeout)
     try:
         if https:
@@ -100,7 +102,7 @@ def request(
             lines.append(f"Content-Length: {len(data)}")
         sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + data)
         if body is not None and not isinstance(body, bytes):
-            _send_file(sock, body)
+            _send_file(sock, body, progress)
         reader = sock.makefile("rb")
         status_line = reader.readline(65537)
         parts = status_line.split(None, 2)
@@ -119,14 +121,20 @@ def request(
 _PIECE = 256 * 1024
 
 
-def _send_file(sock: socket.socket, f: BinaryIO) -> None:
+def _send_file(
+    sock: socket.socket, f: BinaryIO, progress: Callable[[int], None] | None = None
+) -> None:
     """Send the rest of ``f``; stop early when the server has answered already (it
     refuses an upload, e.g. over its size limit, without reading the rest): the answer
     is then read as usual instead of failing on a closed connection."""
+    sent = 0
     try:
         while piece := f.read(_PIECE):
             if select.select([sock], [], [], 0)[0]:
                 return
             sock.sendall(piece)
+            sent += len(piece)
+            if progress is not None:
+                progress(sent)
     except (BrokenPipeError, ConnectionResetError):
         return  # the answer, if the server sent one, is still there to read

@@ -33,6 +33,10 @@ scheduling cycles would:
 7. Pending reasons: WaitingForQuota, WaitingForPreemptedWorkloads, UserLimit, BlockedByHead,
    NoMatchingFlavor, ExceedsMaxQuota, and QueueNotFound for a run naming no existing queue.
    Positions count the runs of the queue still waiting after this call's admissions.
+
+``schedule`` decides from nothing: the reference. The server's engine keeps a
+``scheduling_state.Scheduler`` between passes, which decides exactly the same (a property
+test holds it to ``schedule``) at the cost of what changed since its last pass.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from taugrid.domain.scheduling_quota import demand_of
 from taugrid.domain.scheduling_types import (
     Admission,
     Decisions,
+    Overlaid,
     Pending,
     PendingReason,
     Preemption,
@@ -54,6 +59,7 @@ from taugrid.domain.scheduling_types import (
 __all__ = [
     "Admission",
     "Decisions",
+    "Overlaid",
     "Pending",
     "PendingReason",
     "Preemption",
@@ -104,8 +110,14 @@ def queue_usage(snap: Snapshot) -> dict[str, QueueUsage]:
         }
         for f, per in used.get(name, {}).items():
             q_used.setdefault(f, {}).update(per)
+        # Only a queue in a cohort borrows. Without one, usage above nominal is runs
+        # that hold more than the queue has now (re-adopted after a restart with fewer
+        # GPUs): shown as used/nominal, never as borrowed from a cohort that isn't there.
         borrowed = {
-            f: {r: max(0, v - quota.get(f, {}).get(r, 0)) for r, v in per.items()}
+            f: {
+                r: max(0, v - quota.get(f, {}).get(r, 0)) if cq.cohort else 0
+                for r, v in per.items()
+            }
             for f, per in q_used.items()
         }
         out[name] = QueueUsage(

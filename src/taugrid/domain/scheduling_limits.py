@@ -87,6 +87,12 @@ class UserBook:
             )
         return None
 
+    def copy(self) -> UserBook:
+        book = UserBook(self.limits)
+        book.user_runs = dict(self.user_runs)
+        book.user_gpus = dict(self.user_gpus)
+        return book
+
     def count(self, w: Workload, sign: int = 1) -> None:
         key = (w.workspace, w.user)
         self.user_runs[key] = self.user_runs.get(key, 0) + sign

@@ -97,7 +97,12 @@ def find_victims(
                 own.append(Victim(adm, d, True))
     others: list[tuple[int, Victim]] = []
     cohort = cq.cohort
-    if cq.reclaim_within_cohort != "Never" and cohort is not None:
+    # Reclaiming is tried only while the queue is below its nominal quota in what it needs.
+    if (
+        cq.reclaim_within_cohort != "Never"
+        and cohort is not None
+        and usage.below_nominal(cq.name, flavor, need)
+    ):
         for member in usage.model.members[cohort]:
             if member == cq.name:
                 continue
@@ -110,8 +115,10 @@ def find_victims(
                     continue
                 if may_reclaim(cq.reclaim_within_cohort, preemptor, w):
                     others.append((lent, Victim(adm, d, False)))
+    if not _could_free(usage, cq.name, flavor, demand, need, mine, own, others):
+        return None
     own.sort(key=lambda v: _order(v, 0))
-    if others and usage.below_nominal(cq.name, flavor, need):
+    if others:
         both = [(_order(v, -lent), v) for lent, v in others] + [(_order(v, 0), v) for v in own]
         both.sort(key=lambda kv: kv[0])
         found = _minimal(
@@ -122,6 +129,37 @@ def find_victims(
     if not own and not mine:
         return None
     return _minimal(usage, cq.name, flavor, demand, need, mine + own, borrow=True)
+
+
+def _could_free(
+    usage: Usage,
+    cq: str,
+    flavor: str,
+    demand: Demand,
+    need: Sequence[Resource],
+    mine: Sequence[Victim],
+    own: Sequence[Victim],
+    others: Sequence[tuple[int, Victim]],
+) -> bool:
+    """Whether every candidate gone could make room at all: taking a run's usage away
+    raises what ``cq`` can take of a resource by at most that usage (its own unused
+    guaranteed quota, the cohort's pool and its borrowing limit each grow by no more), so
+    if all the candidates together hold too little of a needed resource, no set of them
+    is enough. A cheap way to the answer the search itself would reach."""
+    for res, amount in demand:
+        if res not in need:
+            continue
+        short = amount - usage.available(cq, (flavor, res))
+        for group in (mine, own, (v for _, v in others)):
+            for v in group:
+                for r, x in v.demand:
+                    if r == res:
+                        short -= x
+            if short <= 0:
+                break
+        if short > 0:
+            return False
+    return True
 
 
 def _order(v: Victim, lent: int) -> tuple[bool, bool, int, int, float, str]:

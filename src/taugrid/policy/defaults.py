@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from taugrid.policy.models import (
     STANDARD_PRIORITIES,
     ClusterQueue,
@@ -22,13 +24,21 @@ DEFAULT = "default"
 LOCAL_FLAVOR = "local"
 
 
-def default_policy(gpus: int, gpu_type: str | None, cpus_millis: int, memory_bytes: int) -> Policy:
+def default_policy(
+    gpus: int,
+    gpu_type: str | None,
+    cpus_millis: int,
+    memory_bytes: int,
+    workspaces: Iterable[str] = (),
+) -> Policy:
     """One queue over everything this machine has.
 
     Flavor ``local`` (with ``gpu_type`` when the GPUs are all of one known type), cluster
     queue ``default`` without a cohort whose nominal quota is the machine, workspace
-    ``default`` with local queue ``default``, priority classes low=100, normal=1000
-    (the default) and high=10000, and preemption of lower priority within the queue.
+    ``default`` and every one of ``workspaces`` (those the server's identity store knows)
+    with local queue ``default``, priority classes low=100, normal=1000 (the default)
+    and high=10000, and preemption of lower priority within the queue. So a workspace
+    made with ``tau admin workspace create`` can run at once until a policy is applied.
     """
     for name, value in (
         ("gpus", gpus),
@@ -54,10 +64,11 @@ def default_policy(gpus: int, gpu_type: str | None, cpus_millis: int, memory_byt
         ],
         workspaces=[
             Workspace(
-                name=DEFAULT,
+                name=name,
                 local_queues=[LocalQueue(name=DEFAULT, cluster_queue=DEFAULT)],
                 default_queue=DEFAULT,
             )
+            for name in [DEFAULT, *sorted(set(workspaces) - {DEFAULT})]
         ],
         priority_classes=list(STANDARD_PRIORITIES),
     )

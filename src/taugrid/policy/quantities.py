@@ -11,11 +11,21 @@ from __future__ import annotations
 import math
 from decimal import Decimal
 
-# The spec package's parser of the quantity grammar; it is shared rather than duplicated
-# so tau.yaml and policy.yaml accept exactly the same spellings.
-from taugrid.spec.units import QUANTITY_HELP, quantity_bytes, quantity_value
+# The spec package's parsers of the quantity grammar; they are shared rather than
+# duplicated so tau.yaml and policy.yaml accept exactly the same spellings (a run's
+# ``resources.cpus: 500m`` and a queue's ``cpu: 500m`` are one amount).
+from taugrid.spec.units import CPU_HELP, QUANTITY_HELP, cpu_millis, quantity_bytes, quantity_value
 
-CPU_HELP = 'CPU cores such as 4, 0.5 or "500m" (millicores)'
+__all__ = [
+    "CPU_HELP",
+    "MEMORY_HELP",
+    "cpu_millis",
+    "format_cpu",
+    "format_memory",
+    "gpu_count",
+    "memory_bytes",
+]
+
 MEMORY_HELP = QUANTITY_HELP
 
 _BINARY = (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
@@ -36,31 +46,6 @@ def _value(text: str) -> tuple[Decimal, str]:
             if not rest:
                 return number * factor, suffix
     return quantity_value(text)
-
-
-def cpu_millis(value: str | int | float) -> int:
-    """Millicores in a CPU amount: ``"500m"`` -> 500, ``4`` -> 4000, ``"0.5"`` -> 500.
-
-    Zero is allowed (a queue may hold no CPU of a flavor); a fraction of a millicore
-    rounds up, as Kubernetes does. Raises ``ValueError`` with a message for the user.
-    """
-    if isinstance(value, bool):
-        raise ValueError(f"must be {CPU_HELP}, got a boolean")
-    if isinstance(value, (int, float)):
-        if not math.isfinite(value):
-            raise ValueError(f"must be {CPU_HELP}, got {value}")
-        if value < 0:
-            raise ValueError(f"must not be negative, got {value}")
-        if isinstance(value, int):
-            return value * 1000
-        value = repr(value)  # exact decimal arithmetic: 0.1 core is 100m, not 101m
-    try:
-        number, _ = _value(value)
-    except ValueError:
-        raise ValueError(f"{value!r} is not {CPU_HELP}") from None
-    if number < 0:
-        raise ValueError(f"must not be negative, got {value}")
-    return math.ceil(number * 1000)
 
 
 def memory_bytes(value: str | int) -> int:

@@ -1,32 +1,42 @@
 """``save_async``: persist a checkpoint while the training loop goes on. Stdlib only.
 
-Two ways to take a consistent snapshot of state that the caller mutates in place right
-after the call returns. Measured with ``bench/checkpoint_async.py`` (1 GiB of NumPy state,
-2-vCPU VM, the loop adding 1 to every element right after the call; sync ``saving()`` +
-``write_files`` of the same state blocks ~0.85 s):
+Three ways to take a consistent snapshot of state that the caller mutates in place after
+the call. Measured with ``bench/checkpoint_async.py`` (1 GiB of NumPy state, 2-vCPU VM;
+a synchronous ``saving()`` + ``write_files`` of the same state blocks 0.75-1.1 s there;
+"update": the loop rewrites the whole state right after the call; "step": it reads it all
+first, as a training step reads its parameters before the optimizer writes them):
 
 ``copy`` (the default for a mapping of buffers)
-    The buffers are copied into staging buffers in the caller (several threads, ctypes
-    memmove, which releases the GIL), then written, hashed and committed by a thread. The
-    staging buffers are kept and reused by the next save of the same names. Blocked ~66 ms
-    per GiB (0.08x sync; the first save also faults in fresh memory: ~0.7 s); the loop's
-    next update runs ~0.08 s slower while the thread writes: ~0.14 s lost per save in all
-    (0.17x sync). Costs one extra copy of the state in memory for as long as the process
-    runs. No fork hazards; works everywhere.
+    The buffers are copied into page-aligned staging buffers (``_staging``) before the
+    call returns (several threads, ctypes memmove, which releases the GIL), then written
+    with O_DIRECT straight from them, hashed and committed by a thread. The staging
+    buffers are kept and reused by the next save of the same names and sizes. Blocked for
+    one copy at memory bandwidth: ~80 ms per GiB here, 0.09-0.105x sync on an idle machine
+    and more under CPU load (the first save also faults in fresh memory: 0.3-0.7 s); the
+    loop runs slower while the thread writes and hashes: ~0.15-0.18x sync lost per save
+    in all. Costs one extra copy of the state in memory for as long as the process runs.
+    No fork hazards; works everywhere.
+
+``copy`` with ``background_copy=True``
+    The call returns at once and the same copy (or the writer callable) runs in the
+    background; the caller must not change the buffers until ``wait_staged()`` returns.
+    A step that reads its state before writing it waits only for what is left of the copy:
+    0.04x sync blocked here; the copy competes with the loop's own reads for memory
+    bandwidth, so on a CPU-bound loop the total lost (0.2x) is not smaller than copy's.
 
 ``fork`` (the default for a writer callable on Linux, and for a mapping bigger than a
 quarter of the memory available)
     ``os.fork()``: the child sees the memory as it was at the call (copy-on-write), writes
     and commits the checkpoint, and exits (``os._exit``); a thread of the parent waits.
-    Blocked only for the fork (~21 ms with 2.4 GiB mapped; 0.025x sync), no extra memory
-    up front. But each page the parent writes while the child still runs is copied on that
-    write: a loop that rewrites all 1 GiB at once pays ~1.1 s for it (1.3x sync), less when
-    it touches its state later or sparsely, nothing when it does not touch it (a CPU
-    snapshot of GPU tensors). A writer callable runs in the child, so ``torch.save`` of a
-    state dict gets the snapshot without blocking the caller for the serialization. Caveats
-    of fork: the child has only the forking thread, so it must not use CUDA (snapshot GPU
-    tensors to CPU first) or locks other threads may hold (the SDK's child uses os calls,
-    hashlib, json and its own fresh locks); a writer callable must respect the same.
+    Blocked only for the fork (~20 ms; 0.02x sync), no extra memory up front. But each
+    page the parent writes while the child still runs is copied on that write, at several
+    microseconds a page on a VM: a loop that rewrites its 1 GiB during the save loses
+    1.1-1.4x a sync save in all, nothing when it does not touch it (a CPU snapshot of GPU
+    tensors). A writer callable runs in the child, so ``torch.save`` of a state dict gets
+    the snapshot without blocking the caller for the serialization. Caveats of fork: the
+    child has only the forking thread, so it must not use CUDA (snapshot GPU tensors to
+    CPU first) or locks other threads may hold (the SDK's child uses os calls, hashlib,
+    json and its own fresh locks); a writer callable must respect the same.
 
 With ``mode="copy"`` a writer callable runs synchronously in the caller (its files land in
 the page cache) and only hashing, fsync and the rename happen in the background.
@@ -38,8 +48,8 @@ Either way the process-wide writer slot allows one async save in flight: a secon
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
+import mmap
 import os
 import pickle
 import signal
@@ -52,7 +62,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, NoReturn
 
-from taugrid.sdk import _writer
+from taugrid.sdk import _staging, _writer
+from taugrid.sdk._staging import COPY_SLICE as _COPY_SLICE  # noqa: F401 - tests use it
+from taugrid.sdk._staging import copy_into as _copy_into
 from taugrid.sdk._store import (
     Checkpoint,
     CheckpointError,
@@ -65,7 +77,6 @@ from taugrid.sdk._store import (
 Mode = Literal["auto", "fork", "copy"]
 Writer = Callable[[Path], None]
 _HEADER = struct.Struct("<Q")
-_pool: dict[str, bytearray] = {}  # copy mode: staging buffers of the last save, for reuse
 
 
 class AsyncSave:
@@ -76,6 +87,7 @@ class AsyncSave:
         self.mode = mode
         self.root = root
         self.pid: int | None = None  # the writer process (fork mode)
+        self._staged = threading.Event()  # the state is captured: the caller may change it
         self._event = threading.Event()
         self._result: Checkpoint | None = None
         self._error: BaseException | None = None
@@ -83,6 +95,20 @@ class AsyncSave:
     def done(self) -> bool:
         """True once the save has finished, successfully or not."""
         return self._event.is_set()
+
+    def staged(self) -> bool:
+        """True once the saved state is captured, so the caller may change its buffers:
+        at once unless the save was started with ``background_copy=True``."""
+        return self._staged.is_set()
+
+    def wait_staged(self, timeout: float | None = None) -> None:
+        """Block until the state is captured (see :meth:`staged`); after that the caller
+        may change the buffers it passed. Errors of the save are raised by :meth:`wait`;
+        ``TimeoutError`` if the state is still being copied after ``timeout`` seconds."""
+        if not self._staged.wait(timeout):
+            raise TimeoutError(
+                f"checkpoint step {self.step}: the state is still being copied after {timeout} s"
+            )
 
     def wait(self, timeout: float | None = None) -> Checkpoint:
         """Block until the checkpoint is committed and return it; raise the writer's error
@@ -107,6 +133,7 @@ class AsyncSave:
             _writer.warn_once(
                 f"async-{id(self)}", f"async checkpoint of step {self.step} failed: {error}"
             )
+        self._staged.set()  # also when staging itself failed: nothing is left to wait for
         _writer.slot.release()
         self._event.set()
 
@@ -117,6 +144,7 @@ def save_async(
     *,
     root: str | os.PathLike[str] | None = None,
     mode: Mode = "auto",
+    background_copy: bool = False,
 ) -> AsyncSave:
     """Start writing checkpoint ``step``; return as soon as the caller may mutate its state.
 
@@ -128,6 +156,13 @@ def save_async(
     the caller does afterwards. ``mode``: ``copy`` or ``fork``, see the module docstring;
     ``auto`` picks ``copy`` for buffers (``fork`` if staging them would take more than a
     quarter of the memory available) and ``fork`` for a writer callable (on Linux).
+
+    ``background_copy=True`` (copy mode): return at once and capture the state in the
+    background (the copy into the staging buffers, or the writer callable); the caller
+    must not change the buffers it passed until :meth:`AsyncSave.wait_staged` has
+    returned (a training step reads its parameters before the optimizer writes them: wait
+    just before that write). No effect in fork mode, which captures the state by forking.
+
     Errors in the arguments raise at once; errors while writing are raised by
     :meth:`AsyncSave.wait` (and reported once on stderr).
     """
@@ -144,25 +179,33 @@ def save_async(
             "save_async() wants a mapping {path: buffer} or a writer(directory) callable, "
             f"not {type(files_or_writer).__name__}"
         )
-    if mode == "auto":
-        mode = _auto_mode(items)
-    if mode not in ("fork", "copy"):
-        raise ValueError(f"mode must be 'auto', 'fork' or 'copy', not {mode!r}")
-    job = AsyncSave(step, mode, root_p)
-    _writer.slot.acquire()
+    handed_over = False  # the background thread releases the views once it has copied them
     try:
-        if mode == "fork":
-            _start_fork(job, items, writer)
-        else:
-            _start_copy(job, items, writer)
-    except BaseException:
-        _writer.slot.release()
-        raise
+        if mode == "auto":
+            mode = _auto_mode(items)
+        if mode not in ("fork", "copy"):
+            raise ValueError(f"mode must be 'auto', 'fork' or 'copy', not {mode!r}")
+        job = AsyncSave(step, mode, root_p)
+        _writer.slot.acquire()
+        try:
+            if mode == "fork":
+                _start_fork(job, items, writer)
+                job._staged.set()
+            else:
+                handed_over = _start_copy(job, items, writer, background=background_copy)
+        except BaseException:
+            _writer.slot.release()
+            raise
     finally:
-        for _, data in items or ():
-            if isinstance(data, memoryview):
-                data.release()
+        if not handed_over:
+            release_views(items)
     return job
+
+
+def release_views(items: Sequence[tuple[str, memoryview | bytes]] | None) -> None:
+    for _, data in items or ():
+        if isinstance(data, memoryview):
+            data.release()
 
 
 # -- arguments -------------------------------------------------------------------------------
@@ -193,8 +236,7 @@ def _auto_mode(items: Sequence[tuple[str, memoryview | bytes]] | None) -> Litera
     for rel, data in items:
         if isinstance(data, bytes):
             continue  # immutable: never copied
-        pooled = _pool.get(rel)
-        if pooled is None or len(pooled) != data.nbytes:
+        if not _staging.is_pooled(rel, data.nbytes):
             staged += data.nbytes
     available = mem_available()
     if available is not None and staged > available // 4:
@@ -262,98 +304,98 @@ def _save_items(
 # -- copy mode -------------------------------------------------------------------------------
 def _stage(
     items: Sequence[tuple[str, memoryview | bytes]],
-) -> tuple[list[tuple[str, memoryview | bytes]], dict[str, bytearray]]:
+) -> tuple[list[tuple[str, memoryview | bytes]], dict[str, mmap.mmap]]:
+    """Private copies of ``items`` in the staging buffers (``_staging``); returns them and
+    the buffers used, which :func:`_staging.keep` keeps for the next save."""
     staged: list[tuple[str, memoryview | bytes]] = []
-    used: dict[str, bytearray] = {}
-    for rel, data in items:
-        src = flat(data)
-        if isinstance(src, bytes):  # immutable (or already a private copy)
-            staged.append((rel, src))
-            continue
-        buf = _pool.pop(rel, None)
-        if buf is None or len(buf) != src.nbytes:
-            buf = bytearray(src.nbytes)
-        _copy_into(buf, src)
-        used[rel] = buf
-        staged.append((rel, memoryview(buf)))
+    used: dict[str, mmap.mmap] = {}
+    try:
+        for rel, data in items:
+            src = flat(data)
+            if isinstance(src, bytes):  # immutable, or a private copy already
+                staged.append((rel, src))
+                continue
+            if not src.nbytes:
+                staged.append((rel, b""))
+                continue
+            buf = _staging.take(rel, src.nbytes)
+            used[rel] = buf
+            _copy_into(buf, src)
+            staged.append((rel, memoryview(buf)[: src.nbytes]))
+    except BaseException:
+        release_views(staged)
+        _staging.keep(used)
+        raise
     return staged, used
 
 
-_COPY_SLICE = 64 << 20  # below this per thread, one plain copy is as fast
-
-
-def _copy_into(dst: bytearray, src: memoryview) -> None:
-    """``dst[:] = src`` on several cores: a memoryview copy holds the GIL, ctypes.memmove
-    releases it, so slices copy in parallel threads (~1.8x faster with 2 cores). Falls back
-    to one plain copy for small or read-only sources, or without ctypes."""
-    n = len(dst)
-    workers = min(os.cpu_count() or 1, 4, n // _COPY_SLICE)
-    if workers < 2 or src.readonly:
-        memoryview(dst)[:] = src
-        return
-    try:
-        import ctypes
-    except ImportError:  # pragma: no cover - CPython always has it
-        memoryview(dst)[:] = src
-        return
-    dst_c = (ctypes.c_char * n).from_buffer(dst)
-    src_c = (ctypes.c_char * n).from_buffer(src)
-    try:
-        d0, s0 = ctypes.addressof(dst_c), ctypes.addressof(src_c)
-        bounds = [n * i // workers for i in range(workers + 1)]
-        threads = [
-            threading.Thread(target=ctypes.memmove, args=(d0 + lo, s0 + lo, hi - lo))
-            for lo, hi in itertools.pairwise(bounds)
-        ]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        del dst_c, src_c  # release the exports before anyone resizes or releases
-
-
 def _start_copy(
-    job: AsyncSave, items: list[tuple[str, memoryview | bytes]] | None, writer: Writer | None
-) -> None:
+    job: AsyncSave,
+    items: list[tuple[str, memoryview | bytes]] | None,
+    writer: Writer | None,
+    *,
+    background: bool,
+) -> bool:
+    """Start a copy-mode save; True when the background thread took over ``items``'
+    views (``background``: it releases them once it has copied them)."""
     if items is not None:
-        staged, used = _stage(items)
+        staged: list[tuple[str, memoryview | bytes]] = []
+        used: dict[str, mmap.mmap] = {}
+        if not background:
+            staged, used = _stage(items)
+            job._staged.set()
 
         def run() -> None:
+            nonlocal staged, used
             result: Checkpoint | None = None
             error: BaseException | None = None
             try:
+                if background:
+                    try:
+                        staged, used = _stage(items)
+                    finally:
+                        release_views(items)
+                    job._staged.set()
                 result = _save_items(job.step, job.root, staged, None)
             except BaseException as exc:
                 error = exc
             finally:
-                for _, view in staged:
-                    if isinstance(view, memoryview):
-                        view.release()
-                _pool.clear()
-                _pool.update(used)
+                release_views(staged)
+                _staging.keep(used)
             job._finish(result, error)
 
     else:
         assert writer is not None
         tmp = _writer.new_tmp_dir(job.root, job.step)
-        with _writer.discarded_on_error(tmp, job.step, job.root, user_code=True):
-            writer(tmp)
+        if not background:
+            with _writer.discarded_on_error(tmp, job.step, job.root, user_code=True):
+                writer(tmp)
+            job._staged.set()
 
         def run() -> None:
             result: Checkpoint | None = None
             error: BaseException | None = None
             try:
-                result = _writer.commit(tmp, job.step, job.root)
-            except BaseException as exc:
-                error = _writer.fail(tmp, exc, job.step, job.root, user_code=False)
-            else:
-                _writer.housekeeping(job.root, job.step)
-            job._finish(result, error)
+                if background:
+                    try:
+                        writer(tmp)
+                    except BaseException as exc:
+                        error = _writer.fail(tmp, exc, job.step, job.root, user_code=True)
+                        return
+                    job._staged.set()
+                try:
+                    result = _writer.commit(tmp, job.step, job.root)
+                except BaseException as exc:
+                    error = _writer.fail(tmp, exc, job.step, job.root, user_code=False)
+                else:
+                    _writer.housekeeping(job.root, job.step)
+            finally:
+                job._finish(result, error)
 
     # Not a daemon: the interpreter waits for it at exit, so a script that ends right after
     # save_async() still leaves the checkpoint on disk.
     threading.Thread(target=run, name=f"taugrid-ckpt-{job.step}").start()
+    return items is not None and background
 
 
 # -- fork mode -------------------------------------------------------------------------------

@@ -584,13 +584,36 @@ def write_one(path: Path, data: memoryview | bytes) -> int:
     return fd
 
 
+def aligned_address(data: memoryview | bytes) -> int | None:
+    """The address of ``data`` when O_DIRECT may read it in place (a writable buffer
+    starting on a DIRECT_ALIGN boundary, such as copy mode's staging mmap), else None."""
+    if not isinstance(data, memoryview) or data.readonly or not data.nbytes:
+        return None
+    try:
+        import ctypes
+
+        anchor = ctypes.c_char.from_buffer(data)
+    except (ImportError, TypeError, ValueError):
+        return None
+    try:
+        address = ctypes.addressof(anchor)
+    finally:
+        del anchor  # release the export at once
+    return address if address % DIRECT_ALIGN == 0 else None
+
+
 def write_direct(fd: int, data: memoryview | bytes) -> None:
-    """Write ``data`` to the O_DIRECT ``fd`` in aligned chunks: the caller thread copies
-    into one bounce buffer while a thread writes the other. The last chunk is padded to the
-    alignment and the file truncated back to its size."""
+    """Write ``data`` to the O_DIRECT ``fd`` in aligned chunks. A page-aligned buffer is
+    written in place (:func:`write_in_place`); any other goes through two bounce buffers,
+    the caller thread copying into one while a thread writes the other. The last chunk is
+    padded to the alignment and the file truncated back to its size."""
     import mmap
     import queue
 
+    if aligned_address(data) is not None:
+        assert isinstance(data, memoryview)
+        write_in_place(fd, data)
+        return
     size = len(data)
     # Private mappings: a forked writer must never share them with its parent.
     bounce = [
@@ -640,6 +663,28 @@ def write_direct(fd: int, data: memoryview | bytes) -> None:
         raise errors[0]
     if size % DIRECT_ALIGN:
         os.ftruncate(fd, size)
+
+
+def write_in_place(fd: int, view: memoryview) -> None:
+    """O_DIRECT writes straight from the page-aligned ``view``: no copy at all, except the
+    last partial block, padded in a one-page buffer."""
+    import mmap
+
+    size = view.nbytes
+    whole = size - size % DIRECT_ALIGN
+    for off in range(0, whole, DIRECT_CHUNK):
+        n = min(DIRECT_CHUNK, whole - off)
+        with view[off : off + n] as chunk:
+            if os.write(fd, chunk) != n:  # a short O_DIRECT write: the disk is full
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    if whole == size:
+        return
+    with mmap.mmap(-1, DIRECT_ALIGN, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS) as tail:
+        tail[: size - whole] = view[whole:size]
+        with memoryview(tail) as block:
+            if os.write(fd, block) != DIRECT_ALIGN:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    os.ftruncate(fd, size)
 
 
 def write_files(

@@ -23,7 +23,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--home", type=Path, default=None)
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=0)
-    ap.add_argument("--gpus", type=int, default=None, help="GPUs to offer (default TAU_LOCAL_GPUS)")
+    ap.add_argument(
+        "--gpus",
+        default=None,
+        metavar="N|auto",
+        help="GPUs to offer, remembered for later starts of this home; auto: detect them "
+        "(default TAU_LOCAL_GPUS for this start, else the remembered count, else auto)",
+    )
     ap.add_argument("--database-url", default=None)
     ap.add_argument(
         "--shared",
@@ -118,25 +124,37 @@ def main(argv: list[str] | None = None) -> int:
     except BlockingIOError:
         print(f"another tau server already runs for {home}", file=sys.stderr)
         return 3
-    settings = ServerSettings.from_env(
-        home,
-        host=args.host,
-        port=args.port,
-        gpus=args.gpus,
-        db_url=args.database_url,
-        oidc_issuer=args.oidc_issuer,
-        oidc_client_id=args.oidc_client_id,
-        oidc_client_secret_file=args.oidc_client_secret_file,
-        oidc_user_claim=args.oidc_user_claim,
-        oidc_groups_claim=args.oidc_groups_claim,
-        trusted_proxies=tuple(args.trusted_proxy) or None,
-        min_free_disk=args.min_free_disk,
-        run_disk_limit=args.run_disk_limit,
-        isolation=args.isolation,
-        bwrap=args.bwrap,
-        sandbox_binds=tuple(args.sandbox_bind) or None,
-        workload_uids=args.workload_uids,
+    from taugrid.server.settings import (
+        declared_gpus,
+        downgrade_problem,
+        remember_gpus,
+        remember_mode,
     )
+
+    try:
+        gpus = declared_gpus(home, args.gpus)
+        settings = ServerSettings.from_env(
+            home,
+            host=args.host,
+            port=args.port,
+            db_url=args.database_url,
+            oidc_issuer=args.oidc_issuer,
+            oidc_client_id=args.oidc_client_id,
+            oidc_client_secret_file=args.oidc_client_secret_file,
+            oidc_user_claim=args.oidc_user_claim,
+            oidc_groups_claim=args.oidc_groups_claim,
+            trusted_proxies=tuple(args.trusted_proxy) or None,
+            min_free_disk=args.min_free_disk,
+            run_disk_limit=args.run_disk_limit,
+            isolation=args.isolation,
+            bwrap=args.bwrap,
+            sandbox_binds=tuple(args.sandbox_bind) or None,
+            workload_uids=args.workload_uids,
+        )
+    except ValueError as exc:  # a GPU count that is not one
+        print(exc, file=sys.stderr)
+        return 2
+    settings = dataclasses.replace(settings, gpus=gpus)  # --gpus auto wins over the env
     from taugrid.server.diskspace import check_disk_settings
 
     if problem := check_disk_settings(settings.min_free_disk, settings.run_disk_limit):
@@ -167,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from taugrid.server import sandboxing
 
+    if problem := downgrade_problem(home, settings):
+        print(problem, file=sys.stderr)
+        return 2
     if problem := sandboxing.settings_problem(settings):
         print(problem, file=sys.stderr)
         return 2
@@ -177,6 +198,10 @@ def main(argv: list[str] | None = None) -> int:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((settings.host, settings.port))
     sock.listen()  # connections queue from now on: server.json may name this port at once
+    # Every check passed, the socket listens and this process holds the home's lock:
+    # later starts of this home (the CLI's auto-start too) declare the same GPUs.
+    remember_gpus(home, args.gpus)
+    remember_mode(home, settings)
     port = sock.getsockname()[1]
     app = create_app(settings, public_url=f"http://{settings.host}:{port}")
     config = uvicorn.Config(

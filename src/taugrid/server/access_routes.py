@@ -74,7 +74,11 @@ def whoami(request: Request) -> dict[str, Any]:
 def create_workspace(body: NewWorkspace, request: Request) -> dict[str, Any]:
     with audited(request, "workspace.create", target=body.name, workspace=body.name):
         require_admin(request)
-        return _identity(request).create_workspace(body.name)
+        made = _identity(request).create_workspace(body.name)
+    queueing = request.app.state.service.queueing
+    queueing.refresh_workspaces()  # the built-in policy gives it a queue at once
+    note = queueing.workspace_note(body.name)  # an applied policy may not: say how to add it
+    return {**made, "note": note} if note else made
 
 
 @router.get("/admin/workspaces")
@@ -100,6 +104,7 @@ def delete_workspace(name: str, request: Request) -> Response:
         if unfinished:
             raise Conflict(f"workspace '{name}' has {len(unfinished)} unfinished runs")
         _identity(request).delete_workspace(name)
+    request.app.state.service.queueing.refresh_workspaces()
     return Response(status_code=204)
 
 

@@ -23,6 +23,7 @@ from taugrid.home import server_info_path, token_path
 from taugrid.server import error_answers
 from taugrid.server.access_routes import router as access_router
 from taugrid.server.auth import Authenticator, ensure_token
+from taugrid.server.check_routes import router as check_router
 from taugrid.server.client_address import parse_trusted_proxies, request_source
 from taugrid.server.diskspace import DiskSpace, is_disk_full, parse_headroom
 from taugrid.server.engine import RunEngine
@@ -35,7 +36,7 @@ from taugrid.server.sandboxing import sandbox_policy
 from taugrid.server.schemas import Health
 from taugrid.server.secret_routes import router as secret_router
 from taugrid.server.services import RunService
-from taugrid.server.settings import ServerSettings
+from taugrid.server.settings import ServerSettings, published_facts
 from taugrid.spec.units import quantity_bytes
 from taugrid.store import RunStore, connect
 from taugrid.store.identity import IdentityStore
@@ -59,7 +60,13 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
         machine = Machine(
             tuple(probe_gpus(settings.gpus)), machine_cpus_millis(), machine_memory_bytes()
         )
-        queueing = Queueing(PolicyStore(db), machine)
+        identity = IdentityStore(db)
+
+        def workspace_names() -> list[str]:
+            # One notion of workspace: the built-in policy gives each known one its queue.
+            return [w["name"] for w in identity.workspaces()]
+
+        queueing = Queueing(PolicyStore(db), machine, workspace_names)
         notify = f"{public_url}/api/v1/internal/attempt-status" if public_url else None
         executor = LocalExecutor(
             settings.runs_dir,
@@ -86,7 +93,6 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
         secrets = LocalSecretStore(home / "secrets")
         if moved := secrets.migrate_flat_layout():  # secrets of before workspaces
             log.info("moved %d secrets of the flat layout into workspace 'default'", moved)
-        identity = IdentityStore(db)
         if settings.shared:
             bootstrap_admin(identity, home)
         app.state.token = token
@@ -100,7 +106,7 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
         engine.step()  # re-adopt or finalise runs left by a previous server before serving
         engine.start()
         if public_url:
-            _publish(settings, public_url)
+            _publish(settings, public_url, len(machine.gpus))
         try:
             yield
         finally:
@@ -153,6 +159,7 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
     app.include_router(router, dependencies=[Depends(require_token)])
     app.include_router(access_router, dependencies=[Depends(require_token)])
     app.include_router(secret_router, dependencies=[Depends(require_token)])
+    app.include_router(check_router, dependencies=[Depends(require_token)])
     app.include_router(oidc_router, dependencies=[Depends(bounded_json)])  # login: no token yet
     return app
 
@@ -195,10 +202,11 @@ def _error(exc: TauError) -> JSONResponse:
     return JSONResponse({"error": exc.to_dict()}, status_code=exc.http_status)
 
 
-def _publish(settings: ServerSettings, url: str) -> None:
+def _publish(settings: ServerSettings, url: str, gpus: int) -> None:
     path = server_info_path(settings.home)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"url": url, "pid": os.getpid(), "version": __version__}))
+    facts = published_facts(settings, gpus)  # GPUs, isolation, database: tau server status
+    tmp.write_text(json.dumps({"url": url, "pid": os.getpid(), "version": __version__, **facts}))
     os.replace(tmp, path)
 
 

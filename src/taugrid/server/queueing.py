@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import getpass
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,11 +17,24 @@ from taugrid.domain.quota import Admitted, Snapshot, Workload
 from taugrid.domain.scheduling import never_fits
 from taugrid.errors import Unschedulable, UsageError
 from taugrid.executors.local.gpus import Gpu, gpus_of_type, short_gpu_type
-from taugrid.policy import DomainPolicy, LoadedPolicy, default_policy, load_policy_text, to_domain
+from taugrid.policy import (
+    DomainPolicy,
+    LoadedPolicy,
+    default_policy,
+    dump_policy,
+    load_policy_text,
+    to_domain,
+)
 from taugrid.spec import TauSpec
 from taugrid.store.policies import PolicyStore
 
 Row = dict[str, Any]
+DEFAULT_QUEUE = "default"  # a run's queue when neither its spec nor the policy names one
+POLICY_FIX = "add it under workspaces: in policy.yaml and run tau admin policy apply policy.yaml"
+BUILTIN_HEADER = (
+    "# built-in default policy (no policy applied): one queue over this machine; every\n"
+    "# workspace the server knows gets local queue default. Apply a policy.yaml to change it.\n"
+)
 
 
 @dataclass(frozen=True)
@@ -39,6 +52,9 @@ class PolicyInForce:
     applied_at: float | None
     applied_by: str | None
     domain: DomainPolicy
+    # The built-in default written as policy.yaml (what `tau admin policy render` shows);
+    # None for an applied policy, whose own text is ``text``.
+    builtin_text: str | None = None
 
     @property
     def builtin(self) -> bool:
@@ -46,11 +62,23 @@ class PolicyInForce:
 
 
 class Queueing:
-    def __init__(self, store: PolicyStore, machine: Machine) -> None:
+    """``workspaces`` names the workspaces the identity store knows: the built-in policy
+    gives each the built-in queue, and errors tell a workspace that exists but has no
+    queue in an applied policy from one that does not exist."""
+
+    def __init__(
+        self,
+        store: PolicyStore,
+        machine: Machine,
+        workspaces: Callable[[], Iterable[str]] | None = None,
+    ) -> None:
         self.store = store
         self.machine = machine
+        self._workspaces = workspaces or (lambda: ())
         self._lock = threading.Lock()
         self._policy = self._load_current()
+        self._known: dict[str, Workload] = {}  # by run id, from the last snapshot
+        self._known_admitted: dict[str, Admitted] = {}
 
     @property
     def policy(self) -> PolicyInForce:
@@ -65,9 +93,28 @@ class Queueing:
             short_gpu_type(names.pop()) if len(names) == 1 and "declared" not in names else None
         )
         pol = default_policy(
-            len(self.machine.gpus), gpu_type, self.machine.cpus_millis, self.machine.memory_bytes
+            len(self.machine.gpus),
+            gpu_type,
+            self.machine.cpus_millis,
+            self.machine.memory_bytes,
+            self._workspaces(),
         )
-        return PolicyInForce("built-in default", None, None, None, None, to_domain(pol))
+        text = BUILTIN_HEADER + dump_policy(pol)
+        return PolicyInForce("built-in default", None, None, None, None, to_domain(pol), text)
+
+    def refresh_workspaces(self) -> None:
+        """Workspaces were created or deleted: under the built-in policy each known one
+        has the built-in queue (an applied policy says for itself)."""
+        with self._lock:
+            if self._policy.builtin:
+                self._policy = self._builtin()
+
+    def workspace_note(self, workspace: str) -> str | None:
+        """What a new workspace lacks before runs can use it, in words; None when the
+        policy in force gives it a queue."""
+        if any(w == workspace for w, _ in self.policy.domain.local_queues):
+            return None
+        return f"the policy in force gives workspace '{workspace}' no queue yet; {POLICY_FIX}"
 
     def _load_current(self) -> PolicyInForce:
         row = self.store.current()
@@ -87,16 +134,21 @@ class Queueing:
 
     # -- submissions --------------------------------------------------------------------
     def admit_fields(self, spec: TauSpec, submitter: str, run_id: str) -> dict[str, Any]:
-        """Queue, priority and requests of a new run, or a clear error naming valid choices."""
+        """Queue, priority and requests of a new run, or a clear error naming valid choices.
+
+        The queue is the spec's, else the workspace's ``default_queue`` in the policy in
+        force, else ``default``: ``fields["queue"]`` is the one used.
+        """
         pol = self.policy.domain
         ws = spec.workspace
         queues = sorted(lq for (w, lq) in pol.local_queues if w == ws)
+        if not queues and self.policy.builtin and ws in set(self._workspaces()):
+            self.refresh_workspaces()  # created through another server on this database
+            pol = self.policy.domain
+            queues = sorted(lq for (w, lq) in pol.local_queues if w == ws)
         if not queues:
-            raise UsageError(
-                f"workspace '{ws}' does not exist; workspaces: "
-                f"{', '.join(sorted({w for w, _ in pol.local_queues}))}"
-            )
-        lq = spec.queue
+            raise UsageError(self._no_queue(ws, pol))
+        lq = spec.queue or pol.default_queue.get(ws) or DEFAULT_QUEUE
         if (ws, lq) not in pol.local_queues:
             raise UsageError(
                 f"queue '{lq}' does not exist in workspace '{ws}'; queues: {', '.join(queues)}"
@@ -110,10 +162,11 @@ class Queueing:
         nodes = spec.nodes
         requests = {
             "gpu": spec.resources.gpus * nodes,
-            "cpu": round((spec.resources.cpus or 0) * 1000) * nodes,
+            "cpu": (spec.resources.cpus_millis or 0) * nodes,
             "memory": (spec.resources.memory_bytes or 0) * nodes,
         }
         fields = {
+            "queue": lq,
             "cluster_queue": pol.local_queues[(ws, lq)],
             "priority": prio,
             "priority_value": pol.priorities[prio],
@@ -137,6 +190,24 @@ class Queueing:
             raise Unschedulable(why)
         return fields
 
+    def _no_queue(self, ws: str, pol: DomainPolicy) -> str:
+        """Why ``ws`` has no queue, and how to give it one: it exists (in the identity
+        store) but the applied policy leaves it out, or it does not exist at all."""
+        if ws in set(self._workspaces()):
+            return (
+                f"workspace '{ws}' exists but the policy in force gives it no queue; {POLICY_FIX}"
+            )
+        known = ", ".join(sorted({w for w, _ in pol.local_queues}))
+        if self.policy.builtin:
+            return (
+                f"workspace '{ws}' does not exist; workspaces: {known} "
+                f"(create it: tau admin workspace create {ws})"
+            )
+        return (
+            f"workspace '{ws}' does not exist; workspaces: {known} (create it with tau admin "
+            f"workspace create {ws}, then {POLICY_FIX})"
+        )
+
     # -- scheduling ---------------------------------------------------------------------
     def snapshot(
         self,
@@ -148,21 +219,40 @@ class Queueing:
         while this server runs; after a restart the victim just counts as evicting)."""
         pol = self.policy.domain
         preempted_by = preempted_by or {}
+        known = self._known
+        workloads: dict[str, Workload] = {}
+
+        def workload(r: Row) -> Workload:
+            w = known.get(r["id"])
+            if w is None or not _same_workload(w, r):
+                w = workload_of(r)
+            workloads[w.id] = w
+            return w
+
+        admitted = []
+        for r in active:
+            a = Admitted(
+                workload(r),
+                r["flavor"] or _first_flavor(pol, r),
+                admitted_at=r["updated_at"],
+                evicting=r["preempt_requested_at"] is not None
+                or r["cancel_requested_at"] is not None,
+                preempted_by=preempted_by.get(r["id"]),
+            )
+            before = self._known_admitted.get(a.workload.id)
+            admitted.append(before if before == a else a)
+        pending = tuple(workload(r) for r in queued)
+        # Objects kept while their row is unchanged: the scheduler (kept between passes,
+        # ``domain.scheduling_state``) then finds an unchanged run by identity, and a
+        # pass builds no new object for the thousands of runs that did not change.
+        if workloads:  # not for a submission's check against an empty cluster
+            self._known = workloads
+            self._known_admitted = {a.workload.id: a for a in admitted}
         return Snapshot(
             queues=pol.queues,
             flavors=pol.flavors,
-            admitted=tuple(
-                Admitted(
-                    workload_of(r),
-                    r["flavor"] or _first_flavor(pol, r),
-                    admitted_at=r["updated_at"],
-                    evicting=r["preempt_requested_at"] is not None
-                    or r["cancel_requested_at"] is not None,
-                    preempted_by=preempted_by.get(r["id"]),
-                )
-                for r in active
-            ),
-            pending=tuple(workload_of(r) for r in queued),
+            admitted=tuple(admitted),
+            pending=pending,
             user_limits=pol.user_limits,
         )
 
@@ -180,8 +270,25 @@ class Queueing:
         return tuple(free[:count]) if len(free) >= count else None
 
 
+def _same_workload(w: Workload, r: Mapping[str, Any]) -> bool:
+    """Whether ``workload_of(r)`` would equal ``w`` (cheaper than building it)."""
+    return (
+        w.created == float(r["created_at"])
+        and w.priority == int(r.get("priority_value") or 0)
+        and w.cluster_queue == (r.get("cluster_queue") or "default")
+        and w.requests == _requests_of(r)
+        and w.workspace == r["workspace"]
+        and w.user == r["submitter"]
+        and w.gpu_type == r.get("gpu_type")
+    )
+
+
+def _requests_of(r: Mapping[str, Any]) -> Any:
+    return r.get("requests") or {"gpu": r.get("gpus", 0), "cpu": 0, "memory": 0}
+
+
 def workload_of(r: Mapping[str, Any]) -> Workload:
-    requests = r.get("requests") or {"gpu": r.get("gpus", 0), "cpu": 0, "memory": 0}
+    requests = _requests_of(r)
     return Workload(
         id=r["id"],
         cluster_queue=r.get("cluster_queue") or "default",

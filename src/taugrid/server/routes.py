@@ -47,6 +47,7 @@ from taugrid.server.schemas import (
     PendingOut,
     PolicyApply,
     PolicyOut,
+    QueueHeadOut,
     QueueList,
     QueueOut,
     RestartPolicyOut,
@@ -352,7 +353,7 @@ def attempt_status(report: AttemptStatusReport, request: Request) -> Response:
     token; nobody else has any business here."""
     if _caller(request).auth != "local":
         raise NotFound("not found")
-    _svc(request).engine.wake(reschedule=False)
+    _svc(request).engine.attempt_reported(report.attempt_dir)
     return Response(status_code=204)
 
 
@@ -365,7 +366,7 @@ def list_queues(request: Request) -> QueueList:
     """The caller's queues (see ``queue_report``); the policy's source (a file name on the
     admin's machine) is for platform admins, others learn only whether it is built in."""
     svc = _svc(request)
-    usage, lqs = queue_report(svc)
+    usage, lqs, heads = queue_report(svc)
     pol = svc.queueing.policy
     source = pol.source if _caller(request).platform_admin or pol.builtin else "platform policy"
     return QueueList(
@@ -381,6 +382,16 @@ def list_queues(request: Request) -> QueueList:
                 borrowed=_plain(u.borrowed),
                 pending=u.pending,
                 running=u.running,
+                heads=[
+                    QueueHeadOut(
+                        run_id=h.run_id,
+                        workspace=h.workspace,
+                        position=h.position,
+                        reason=h.reason,
+                        message=h.message,
+                    )
+                    for h in heads.get(name, [])
+                ],
             )
             for name, u in sorted(usage.items())
         ],
@@ -412,7 +423,7 @@ def policy_out(p: PolicyInForce) -> PolicyOut:
     return PolicyOut(
         source=p.source,
         builtin=p.builtin,
-        text=p.text,
+        text=p.text if p.text is not None else p.builtin_text,  # the built-in, as policy.yaml
         hash=p.hash,
         applied_at=p.applied_at,
         applied_by=p.applied_by,

@@ -238,6 +238,16 @@ class Health(BaseModel):
     runs: int | None = None
 
 
+class QueueHeadOut(BaseModel):
+    """One of the first runs waiting in a queue, and why (as of the scheduler's last pass)."""
+
+    run_id: str
+    workspace: str
+    position: int  # in the whole queue, other workspaces' runs included
+    reason: str
+    message: str
+
+
 class QueueOut(BaseModel):
     name: str
     cohort: str | None
@@ -248,6 +258,7 @@ class QueueOut(BaseModel):
     borrowed: dict[str, dict[str, int]]
     pending: int
     running: int
+    heads: list[QueueHeadOut] = []  # the first (at most 3) waiting runs the caller may see
 
 
 class QueueList(BaseModel):

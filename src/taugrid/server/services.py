@@ -7,6 +7,7 @@ import getpass
 import os
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -21,7 +22,8 @@ from taugrid.domain.access import (
     visible_local_queues,
     visible_workspaces,
 )
-from taugrid.domain.fingerprint import request_hash
+from taugrid.domain.fingerprint import request_hash, spec_hash
+from taugrid.domain.queue_heads import Head, queue_heads
 from taugrid.domain.runid import new_run_id
 from taugrid.domain.scheduling import QueueUsage, queue_usage
 from taugrid.domain.states import Reason, RunState
@@ -45,6 +47,7 @@ from taugrid.server.queueing import Queueing
 from taugrid.server.run_files import RunFiles
 from taugrid.server.safe_files import open_beneath
 from taugrid.server.schemas import SubmitRequest
+from taugrid.server.snapshot_listing import Member, SnapshotListings
 from taugrid.server.snapshots import SnapshotFiles, SnapshotUpload
 from taugrid.server.submission import check_idempotency_key, check_limits, checked_spec_hash
 from taugrid.spec import TauSpec
@@ -76,6 +79,7 @@ class RunService:
         self.snapshots_dir = snapshots_dir
         self.snapshot_files = SnapshotFiles(snapshots_dir)
         self.snapshot_records = SnapshotRecords(store.engine)
+        self.snapshot_listings = SnapshotListings()
 
     def for_caller(self, caller: Caller) -> RunService:
         """This service as seen by one caller: runs outside the workspaces it may read do
@@ -121,6 +125,16 @@ class RunService:
         durable before the upload is acknowledged."""
         upload.finish()
         self.snapshot_records.record(upload.digest, workspace, self.caller.user)
+
+    def snapshot_listing(self, ref: str) -> tuple[str, str, list[Member]]:
+        """The files of a run's code snapshot with size and sha256, for a caller who may
+        read the run (``tau diff``): run id, digest, members."""
+        run = self._resolve(ref)
+        digest = str(run["snapshot_digest"])
+        path = self.snapshot_files.path(digest)
+        if not path.is_file():
+            raise NotFound(f"the code snapshot of run {run['id']} is not on this server")
+        return run["id"], digest, self.snapshot_listings.get(digest, path)
 
     def _check_snapshot(self, digest: str, workspace: str, known: set[tuple[str, str]]) -> None:
         if (digest, workspace) in known:
@@ -171,16 +185,26 @@ class RunService:
             self.engine.wake()
         return results
 
-    def _new_run(
-        self,
-        req: SubmitRequest,
-        idempotency_key: str | None,
-        snapshots: set[tuple[str, str]] | None = None,
-    ) -> tuple[dict[str, Any], list[Transition]]:
-        check_idempotency_key(idempotency_key)
+    def check(self, req: SubmitRequest) -> dict[str, Any]:
+        """Every check of a submission that needs no snapshot (``POST /runs/check``): the
+        CLI asks before it archives the workdir, so a missing secret or queue is told in
+        milliseconds, not after seconds of archiving. Nothing is recorded; the submit
+        itself checks everything again. Answers where the run would go."""
+        if self.engine.disk is not None:  # no new work onto a (nearly) full disk
+            self.engine.disk.check("submission")
+        checked = self._checked(req)
+        return {
+            "workspace": checked.spec.workspace,
+            "queue": checked.queue_fields["queue"],
+            "cluster_queue": checked.queue_fields["cluster_queue"],
+            "priority": checked.queue_fields["priority"],
+        }
+
+    def _checked(self, req: SubmitRequest) -> _Checked:
+        """The checks of a submission that need no snapshot, in order of cost."""
         check_limits(req)  # first: nothing oversized is looked at any further
         spec = _validate(req)
-        digest = checked_spec_hash(req)
+        checked_spec_hash(req)  # the client's hash, of what it sent
         self._check_submit(spec.workspace)
         if self.caller.auth != "local":  # a token says who submits, not the request body
             req = req.model_copy(update={"submitter": self.caller.user})
@@ -192,26 +216,40 @@ class RunService:
             spec.secrets,
             personal=not can_manage_workspace_secrets(self.caller, spec.workspace),
         )
+        rerun_of = self._check_rerun_of(req.rerun_of, spec.workspace)
+        run_id = new_run_id(spec.name or "run")
+        queue_fields = self.queueing.admit_fields(spec, req.submitter, run_id)
+        return _Checked(req, spec, rerun_of, run_id, queue_fields)
+
+    def _new_run(
+        self,
+        req: SubmitRequest,
+        idempotency_key: str | None,
+        snapshots: set[tuple[str, str]] | None = None,
+    ) -> tuple[dict[str, Any], list[Transition]]:
+        check_idempotency_key(idempotency_key)
+        checked = self._checked(req)
+        req, spec, queue_fields = checked.req, checked.spec, checked.queue_fields
         known = set() if snapshots is None else snapshots
         self._check_snapshot(req.snapshot_digest, spec.workspace, known)
-        rerun_of = self._check_rerun_of(req.rerun_of, spec.workspace)
-        name = spec.name or "run"
-        run_id = new_run_id(name)
-        queue_fields = self.queueing.admit_fields(spec, req.submitter, run_id)
+        # The record shows the queue used: a spec that names none gets the workspace's
+        # default queue written in, and the run's hash is of what is recorded.
+        resolved = resolved_with_queue(req.resolved, queue_fields["queue"])
+        queue = queue_fields["queue"]
         row = {
-            "id": run_id,
-            "name": name,
+            "id": checked.run_id,
+            "name": spec.name or "run",
             "workspace": spec.workspace,
-            "queue": spec.queue,
             "submitter": req.submitter,
             "idempotency_key": idempotency_key,
             "idempotency_owner": self.caller.user if idempotency_key else None,
+            # What was asked (a retry after a policy change is still the same request).
             "request_hash": request_hash(req.resolved, req.snapshot_digest, req.rerun_of),
             "spec_source": req.spec_source,
             "spec_file_text": req.file_text,
             "spec_overrides": req.overrides,
-            "spec_resolved": req.resolved,
-            "spec_hash": digest,  # the server's own hash of what it records
+            "spec_resolved": resolved,
+            "spec_hash": spec_hash(resolved),  # the server's own hash of what it records
             "snapshot_digest": req.snapshot_digest,
             # Re-filter: the server, not the client, guarantees no secrets enter records.
             "env_summary": submitter_env(req.env),
@@ -220,13 +258,13 @@ class RunService:
             "experiment": spec.experiment.model_dump() if spec.experiment else None,
             "code_info": req.code,
             "python_env": req.python_env,
-            "rerun_of": rerun_of,
+            "rerun_of": checked.rerun_of,
             "restarts": 0,
-            **queue_fields,
+            **queue_fields,  # queue (the one used), cluster queue, priority, requests
         }
         return row, [
             Transition(S.PENDING, Reason.SUBMITTED, f"submitted by {req.submitter}"),
-            Transition(S.QUEUED, Reason.QUEUED, f"waiting for admission in queue {spec.queue}"),
+            Transition(S.QUEUED, Reason.QUEUED, f"waiting for admission in queue {queue}"),
         ]
 
     def _check_rerun_of(self, ref: str | None, workspace: str) -> str | None:
@@ -402,6 +440,24 @@ class RunService:
         return open_beneath(self.executor.output_dir(run["id"]), rel, f"run {run['id']}")
 
 
+@dataclass(frozen=True)
+class _Checked:
+    """A submission that passed every check but the snapshot's."""
+
+    req: SubmitRequest  # with the submitter the token names
+    spec: TauSpec
+    rerun_of: str | None  # the run's id
+    run_id: str
+    queue_fields: dict[str, Any]  # Queueing.admit_fields
+
+
+def resolved_with_queue(resolved: dict[str, Any], queue: str) -> dict[str, Any]:
+    """The resolved spec as recorded: ``queue`` filled in where the spec named none."""
+    if resolved.get("queue") is not None:
+        return resolved
+    return {**resolved, "queue": queue}  # keeps the key where it was
+
+
 def _validate(req: SubmitRequest) -> TauSpec:
     """The server re-validates: a client is never trusted to have done it."""
     try:
@@ -465,11 +521,14 @@ def _tail_offset(f: IO[bytes], lines: int) -> int:
     return 0
 
 
-def queue_report(svc: RunService) -> tuple[dict[str, QueueUsage], dict[str, list[str]]]:
-    """Usage per cluster queue from the runs in the store, and its local queues, as the
-    caller may see them: a platform admin everything; anyone else the cluster queues that
-    their workspaces' local queues feed (with whole usage figures: the queue is shared)
-    and only their own workspaces' local queues."""
+def queue_report(
+    svc: RunService,
+) -> tuple[dict[str, QueueUsage], dict[str, list[str]], dict[str, list[Head]]]:
+    """Usage per cluster queue from the runs in the store, its local queues and its head
+    (the first runs waiting, from the scheduler's last pass), as the caller may see them:
+    a platform admin everything; anyone else the cluster queues that their workspaces'
+    local queues feed (with whole usage figures: the queue is shared), only their own
+    workspaces' local queues, and only their own workspaces' runs in the heads."""
     pol = svc.queueing.policy.domain
     queued = [
         r for r in svc.store.in_states([S.QUEUED], light=True) if r["cluster_queue"] in pol.queues
@@ -483,4 +542,9 @@ def queue_report(svc: RunService) -> tuple[dict[str, QueueUsage], dict[str, list
     lqs: dict[str, list[str]] = {name: [] for name in usage}
     for (ws, lq), cq in sorted(shown.items()):
         lqs.setdefault(cq, []).append(f"{ws}/{lq}")
-    return usage, lqs
+    heads = queue_heads(
+        ((r["id"], r["workspace"]) for r in queued),
+        svc.engine.pending,
+        visible_workspaces(svc.caller),
+    )
+    return usage, lqs, {name: heads.get(name, []) for name in usage}

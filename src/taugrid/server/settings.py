@@ -1,10 +1,20 @@
-"""Server settings, read once at start-up."""
+"""Server settings, read once at start-up, and the ones a server remembers for the next.
+
+A declared GPU count (``--gpus N``) is remembered in ``$TAU_HOME/server-settings.json``
+(0600) and applies to every later start of that home, the CLI's auto-start included,
+until ``--gpus M`` or ``--gpus auto`` (detect through NVML again) changes it;
+``TAU_LOCAL_GPUS`` overrides it for one start without changing it. Otherwise a server
+auto-started after ``tau server stop`` or a crash would come back without the GPUs that
+its re-adopted runs hold.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from taugrid.home import tau_home
 from taugrid.spec import parse_duration
@@ -18,6 +28,9 @@ OIDC_ENV = {
     "oidc_user_claim": "TAU_OIDC_USER_CLAIM",
     "oidc_groups_claim": "TAU_OIDC_GROUPS_CLAIM",
 }
+
+SETTINGS_FILE = "server-settings.json"
+AUTO = "auto"  # --gpus auto / TAU_LOCAL_GPUS=auto: detect the GPUs, remember no count
 
 ISOLATION_ENV = {
     "isolation": "TAU_ISOLATION",
@@ -80,7 +93,7 @@ class ServerSettings:
         values: dict[str, object] = {
             "home": home,
             "db_url": os.environ.get("TAU_DATABASE_URL") or default_sqlite_url(home),
-            "gpus": int(os.environ["TAU_LOCAL_GPUS"]) if os.environ.get("TAU_LOCAL_GPUS") else None,
+            "gpus": parse_gpus(os.environ.get("TAU_LOCAL_GPUS") or AUTO, "TAU_LOCAL_GPUS"),
         }
         if os.environ.get("TAU_RETENTION"):
             values["retention_s"] = parse_retention(os.environ["TAU_RETENTION"])
@@ -109,3 +122,103 @@ class ServerSettings:
 def parse_retention(text: str) -> float | None:
     """A duration such as ``30d``; ``never`` keeps files for ever."""
     return None if text.strip().lower() == "never" else parse_duration(text.strip())
+
+
+def parse_gpus(text: str, what: str = "--gpus") -> int | None:
+    """A GPU count (``4``) or ``auto`` (None: detect them); ValueError naming ``what``."""
+    value = text.strip().lower()
+    if value == AUTO:
+        return None
+    if not (value.isascii() and value.isdigit()):
+        raise ValueError(f"{what} must be a number of GPUs (0 or more) or auto")
+    return int(value)
+
+
+def declared_gpus(home: Path, flag: str | None) -> int | None:
+    """The GPUs this start declares (None: detect them): ``--gpus N`` or ``--gpus auto``,
+    else ``TAU_LOCAL_GPUS`` (this start only), else the remembered count, else
+    detection."""
+    if flag is not None:
+        return parse_gpus(flag)
+    if os.environ.get("TAU_LOCAL_GPUS"):
+        return parse_gpus(os.environ["TAU_LOCAL_GPUS"], "TAU_LOCAL_GPUS")
+    remembered = read_remembered(home).get("gpus")
+    return remembered if isinstance(remembered, int) and remembered >= 0 else None
+
+
+def remember_gpus(home: Path, flag: str | None) -> None:
+    """After a successful start: ``--gpus N`` is remembered, ``--gpus auto`` forgotten;
+    no flag changes nothing."""
+    if flag is not None:
+        _write_remembered(home, {"gpus": parse_gpus(flag)})
+
+
+def downgrade_problem(home: Path, settings: ServerSettings) -> str | None:
+    """Why this start may not serve ``home``, or None. A home once served by a shared (or
+    sandboxing) server keeps that: its queued runs were submitted by other people to run
+    in a sandbox, and a plain local server (the CLI's auto-start, say) would run them as
+    its own user. Deleting server-settings.json is the deliberate way back."""
+    was = read_remembered(home)
+    if was.get("shared") and not settings.shared:
+        return (
+            f"{home} is the home of a shared server (its runs belong to other people and "
+            "run sandboxed); start it with: tau server start --shared (or use another "
+            f"TAU_HOME; delete {home / SETTINGS_FILE} to make it a local home again)"
+        )
+    if was.get("sandboxed") and not settings.sandboxed:
+        return (
+            f"{home} was served with --isolation sandbox; start it with --isolation sandbox "
+            f"(or delete {home / SETTINGS_FILE} to run its workloads unsandboxed)"
+        )
+    return None
+
+
+def remember_mode(home: Path, settings: ServerSettings) -> None:
+    """After a successful start: a shared or sandboxing home is remembered as one (never
+    downgraded here: see :func:`downgrade_problem`)."""
+    changes = {"shared": True if settings.shared else None}
+    changes["sandboxed"] = True if settings.sandboxed else None
+    if any(changes.values()):
+        _write_remembered(home, changes)
+
+
+def read_remembered(home: Path) -> dict[str, Any]:
+    """The remembered settings; {} when none (or the file is unreadable: a hand edit
+    gone wrong must not stop the server, which then detects)."""
+    try:
+        data = json.loads((home / SETTINGS_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_remembered(home: Path, changes: dict[str, Any]) -> None:
+    data = {k: v for k, v in {**read_remembered(home), **changes}.items() if v is not None}
+    path = home / SETTINGS_FILE
+    tmp = path.with_name(f".{SETTINGS_FILE}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def published_facts(settings: ServerSettings, gpus: int) -> dict[str, Any]:
+    """What ``server.json`` tells the CLI besides url and pid (``tau server status``,
+    and ``tau server start`` against a running server): no secret (the database URL
+    without its password), and the file is the owner's alone (0600 in TAU_HOME)."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        database = make_url(settings.db_url).render_as_string(hide_password=True)
+    except Exception:  # an unparsable URL is shown as nothing, never raw
+        database = "(unparsable URL)"
+    return {
+        "gpus": gpus,
+        "gpus_declared": settings.gpus is not None,
+        "isolation": "sandbox" if settings.sandboxed else "none",
+        "shared": settings.shared,
+        "database": database,
+    }

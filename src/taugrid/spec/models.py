@@ -22,8 +22,10 @@ from pydantic import (
 )
 
 from taugrid.spec.units import (
+    CPU_HELP,
     DURATION_HELP,
     QUANTITY_HELP,
+    cpu_millis,
     parse_duration,
     quantity_bytes,
 )
@@ -35,6 +37,7 @@ RESERVED_ENV_PREFIX = "TAU_"
 _SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 _DURATION_PATTERN = r"^(\d+|(\d+(\.\d+)?(ms|s|m|h|d))+)$"
 _QUANTITY_PATTERN = r"^\+?(\d+(\.\d*)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|[kMGTPE]|[eE][+-]?\d+)?$"
+_CPU_PATTERN = r"^\+?(\d+(\.\d*)?|\.\d+)(m|Ki|Mi|Gi|Ti|Pi|Ei|[kMGTPE]|[eE][+-]?\d+)?$"
 
 RestartReason = Literal["error", "preemption", "hardware"]
 Launcher = Literal["command", "torchrun", "ray"]
@@ -110,6 +113,18 @@ def _check_quantity(value: str) -> str:
     return value
 
 
+def _check_cpus(value: object) -> object:
+    """A number of cores or a Kubernetes CPU quantity (``500m``, ``"2"``, ``1.5``), as the
+    policy's ``cpu`` quotas take; more than zero. A string is kept as written, a number
+    as a float (what records of before quantities hold, so their hashes stay)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        kinds = {bool: "a boolean", list: "a list", dict: "a mapping"}
+        raise ValueError(f"must be {CPU_HELP}, got {kinds.get(type(value), 'null')}")
+    if cpu_millis(value) <= 0:  # ValueError with the user's message for anything else
+        raise ValueError(f"must be more than zero; {CPU_HELP}")
+    return float(value) if isinstance(value, int) else value
+
+
 def _check_relative_path(value: str) -> str:
     _check_not_blank(value)
     if value.startswith(("/", "\\", "~")) or re.match(r"^[A-Za-z]:", value):
@@ -180,6 +195,18 @@ Quantity = Annotated[
         {"anyOf": [{"type": "string", "pattern": _QUANTITY_PATTERN}, {"type": "integer"}]}
     ),
 ]
+CpuAmount = Annotated[
+    float | str,
+    BeforeValidator(_check_cpus),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "number", "exclusiveMinimum": 0},
+                {"type": "string", "pattern": _CPU_PATTERN},
+            ]
+        }
+    ),
+]
 Command = Annotated[
     str | list[str],
     BeforeValidator(_check_command),
@@ -222,7 +249,9 @@ class Resources(_Strict):
     gpu_type: NonBlank | None = Field(
         None, description="GPU type (a flavor from the platform policy), e.g. h100."
     )
-    cpus: float | None = Field(None, gt=0, description="CPU cores per node.")
+    cpus: CpuAmount | None = Field(
+        None, description=f"CPU cores per node: {CPU_HELP}; the scheduler counts millicores."
+    )
     memory: Quantity | None = Field(None, description=f"Memory per node: {QUANTITY_HELP}.")
     disk: Quantity | None = Field(
         None,
@@ -235,6 +264,11 @@ class Resources(_Strict):
         le=1024,
         description="Processes per node for launcher: torchrun; default: one per GPU, or 1.",
     )
+
+    @property
+    def cpus_millis(self) -> int | None:
+        """Millicores, as the scheduler and the policy's ``cpu`` quotas count."""
+        return None if self.cpus is None else cpu_millis(self.cpus)
 
     @property
     def memory_bytes(self) -> int | None:
@@ -279,7 +313,11 @@ class TauSpec(_Strict):
         ),
     )
     workspace: KubeName = Field("default", description="Workspace the run belongs to.")
-    queue: KubeName = Field("default", description="Queue in the workspace.")
+    queue: KubeName | None = Field(
+        None,
+        description="Queue in the workspace. Default: the workspace's default_queue in the "
+        "policy in force (the server fills it in; `default` under the built-in policy).",
+    )
     priority: KubeName | None = Field(
         None, description="Priority class from the platform policy; default: the policy's."
     )

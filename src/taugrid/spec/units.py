@@ -1,7 +1,9 @@
-"""Durations ("30s", "1h30m") and Kubernetes quantities ("16Gi") as written in tau.yaml.
+"""Durations ("30s", "1h30m") and Kubernetes quantities ("16Gi", "500m") as written in
+tau.yaml and policy.yaml.
 
 The spec keeps what the user wrote (so the stored record reads like the file); these
-helpers turn it into numbers when a component needs them.
+helpers turn it into numbers when a component needs them. The policy package parses its
+quotas with the same functions, so a spelling that one file accepts the other does too.
 """
 
 from __future__ import annotations
@@ -63,9 +65,11 @@ _SUFFIX_FACTOR: dict[str, Decimal] = {
 }
 
 QUANTITY_HELP = "a Kubernetes quantity such as 16Gi, 512Mi or 1G"
+CPU_HELP = 'CPU cores such as 4, 0.5 or "500m" (millicores)'
 
 
 def quantity_value(text: str) -> tuple[Decimal, str]:
+    """The number a quantity stands for, and its suffix: ``"2Gi"`` -> (2147483648, "Gi")."""
     match = _QUANTITY.fullmatch(text)
     if match is None:
         raise ValueError(f"{text!r} is not {QUANTITY_HELP}")
@@ -100,3 +104,30 @@ def quantity_bytes(value: str | int) -> int:
     if number <= 0:
         raise ValueError(f"{value!r} must be positive; {QUANTITY_HELP}")
     return math.ceil(number)
+
+
+def cpu_millis(value: str | int | float) -> int:
+    """Millicores in a CPU amount, Kubernetes' way: ``"500m"`` -> 500, ``4`` -> 4000,
+    ``"1.5"`` -> 1500, ``0.1`` -> 100.
+
+    Zero is allowed here (a policy queue may hold no CPU of a flavor; ``resources.cpus``
+    checks for more itself); a fraction of a millicore rounds up, as Kubernetes does.
+    Raises ``ValueError`` with a message for the user.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"must be {CPU_HELP}, got a boolean")
+    if isinstance(value, (int, float)):
+        if not math.isfinite(value):
+            raise ValueError(f"must be {CPU_HELP}, got {value}")
+        if value < 0:
+            raise ValueError(f"must not be negative, got {value}")
+        if isinstance(value, int):
+            return value * 1000
+        value = repr(value)  # exact decimal arithmetic: 0.1 core is 100m, not 101m
+    try:
+        number, _ = quantity_value(value)
+    except ValueError:
+        raise ValueError(f"{value!r} is not {CPU_HELP}") from None
+    if number < 0:
+        raise ValueError(f"must not be negative, got {value}")
+    return math.ceil(number * 1000)

@@ -51,6 +51,19 @@ class Transition:
 
 
 @dataclass(frozen=True)
+class Move:
+    """One transition of a batch (:meth:`RunStore.transition_many`): the run, the step,
+    columns to set with it, a new attempt row to create, columns of the current attempt
+    to update."""
+
+    run_id: str
+    step: Transition
+    fields: Mapping[str, Any] | None = None
+    new_attempt: Mapping[str, Any] | None = None
+    attempt_update: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
 class RunFilter:
     states: Sequence[str] = ()
     name: str | None = None
@@ -222,14 +235,23 @@ class RunStore:
             q = select(runs.c.id).where(runs.c.id.in_(list(refs)))
             return set(conn.execute(q).scalars())
 
-    def in_states(self, states: Iterable[RunState], *, light: bool = False) -> list[Row]:
-        """Runs in ``states`` in queue order. ``light`` leaves out the spec texts and the
-        environment (the scheduler does not need them, and they are most of a row)."""
+    def in_states(
+        self,
+        states: Iterable[RunState],
+        *,
+        light: bool = False,
+        ids: Iterable[str] | None = None,
+    ) -> list[Row]:
+        """Runs in ``states`` in queue order (only those of ``ids``, when given). ``light``
+        leaves out the spec texts and the environment (the scheduler does not need them,
+        and they are most of a row)."""
         q = (
             select(*_LIGHT_COLUMNS if light else runs.c)
             .where(runs.c.state.in_([s.value for s in states]))
             .order_by(runs.c.queued_seq)
         )
+        if ids is not None:
+            q = q.where(runs.c.id.in_(sorted(ids)))
         with self.engine.connect() as conn:
             return [dict(r) for r in conn.execute(q).mappings()]
 
@@ -282,39 +304,42 @@ class RunStore:
         Raises :class:`Conflict` when the table forbids the change from the state the run
         is in now (e.g. it finished meanwhile).
         """
+        (result,) = self.transition_many([Move(run_id, step, fields, new_attempt, attempt_update)])
+        if isinstance(result, TauError):
+            raise result
+        return result
+
+    def transition_many(self, moves: Sequence[Move]) -> list[Row | TauError]:
+        """Many transitions in one durable transaction (one commit, one fsync), in order.
+
+        Each move is a compare-and-set on the state the run is in at that point of the
+        batch (a run may move twice in one batch: RUNNING, then SUCCEEDED). A move the
+        table forbids, or one that lost a race with another writer, writes nothing and
+        is a :class:`Conflict` in its place (a missing run :class:`NotFound`); every
+        other move is written with its event, events in the order of ``moves``. Returns
+        per move the run as recorded after it (all columns), or the error.
+        """
         now = self.clock()
+        out: list[Row | TauError] = []
+        new_events: list[dict[str, Any]] = []
         with write_transaction(self.engine) as conn:
-            cur = _current(conn, run_id)
-            frm = RunState(cur["state"])
-            if step.to not in allowed_targets(frm):
-                raise Conflict(f"run {run_id} is {frm}; it cannot become {step.to}")
-            values: dict[str, Any] = dict(fields or {})
-            values.update(
-                state=step.to.value, reason=step.reason.value, message=step.message, updated_at=now
-            )
-            if new_attempt is not None:
-                values["attempt_count"] = cur["attempt_count"] + 1
-                conn.execute(
-                    _INSERT_ATTEMPT,
-                    {
-                        "run_id": run_id,
-                        "attempt": cur["attempt_count"],
-                        "created_at": now,
-                        **new_attempt,
-                    },
-                )
-            res = conn.execute(
-                _update_run(tuple(values)), {**values, "_id": run_id, "_from": frm.value}
-            )
-            if res.rowcount != 1:  # lost a race with another writer: nothing written
-                raise Conflict(f"run {run_id} changed state concurrently; retry")
-            if attempt_update:
-                conn.execute(
-                    _update_attempt(tuple(attempt_update)),
-                    {**attempt_update, "_id": run_id, "_attempt": cur["attempt_count"] - 1},
-                )
-            conn.execute(_INSERT_EVENT, _event(run_id, now, frm, step))
-        return {**cur, **values}
+            ids = list(dict.fromkeys(m.run_id for m in moves))
+            rows = {r["id"]: dict(r) for r in conn.execute(_GET_RUNS, {"ids": ids}).mappings()}
+            for m in moves:
+                cur = rows.get(m.run_id)
+                if cur is None:
+                    out.append(NotFound(f"no run '{m.run_id}'"))
+                    continue
+                moved = _move_one(conn, cur, m, now)
+                if isinstance(moved, TauError):
+                    out.append(moved)
+                    continue
+                rows[m.run_id] = moved
+                new_events.append(_event(m.run_id, now, RunState(cur["state"]), m.step))
+                out.append(moved)
+            if new_events:
+                conn.execute(_INSERT_EVENT, new_events)
+        return out
 
     def cancel_many(self, run_ids: Sequence[str]) -> dict[str, Row | TauError]:
         """Record a cancel for each run in one durable transaction.
@@ -445,6 +470,7 @@ _INSERT_RUN = insert(runs)
 _INSERT_EVENT = insert(events)
 _INSERT_ATTEMPT = insert(attempts)
 _GET_RUN = select(runs).where(runs.c.id == bindparam("rid"))
+_GET_RUNS = select(runs).where(runs.c.id.in_(bindparam("ids", expanding=True)))
 _GET_ID = select(runs.c.id).where(runs.c.id == bindparam("rid"))
 _REQUEST_CANCEL = (
     update(runs).where(runs.c.id == bindparam("_id")).values(cancel_requested_at=bindparam("at"))
@@ -527,6 +553,41 @@ def _current(conn: Connection, run_id: str) -> Row:
     if r is None:
         raise NotFound(f"no run '{run_id}'")
     return dict(r)
+
+
+def _move_one(conn: Connection, cur: Row, m: Move, now: float) -> Row | TauError:
+    """Write one move (run row, attempt rows; not its event) if the state still allows it.
+
+    The guarded UPDATE comes first: when it matches no row (another writer moved the run
+    since ``cur`` was read) nothing of the move has been written."""
+    frm = RunState(cur["state"])
+    if m.step.to not in allowed_targets(frm):
+        return Conflict(f"run {m.run_id} is {frm}; it cannot become {m.step.to}")
+    values: dict[str, Any] = dict(m.fields or {})
+    values.update(
+        state=m.step.to.value, reason=m.step.reason.value, message=m.step.message, updated_at=now
+    )
+    if m.new_attempt is not None:
+        values["attempt_count"] = cur["attempt_count"] + 1
+    res = conn.execute(_update_run(tuple(values)), {**values, "_id": m.run_id, "_from": frm.value})
+    if res.rowcount != 1:
+        return Conflict(f"run {m.run_id} changed state concurrently; retry")
+    if m.new_attempt is not None:
+        conn.execute(
+            _INSERT_ATTEMPT,
+            {
+                "run_id": m.run_id,
+                "attempt": cur["attempt_count"],
+                "created_at": now,
+                **m.new_attempt,
+            },
+        )
+    if m.attempt_update:  # the attempt that was current when the move began
+        conn.execute(
+            _update_attempt(tuple(m.attempt_update)),
+            {**m.attempt_update, "_id": m.run_id, "_attempt": cur["attempt_count"] - 1},
+        )
+    return {**cur, **values}
 
 
 def _event(run_id: str, at: float, frm: RunState | None, step: Transition) -> dict[str, Any]:

@@ -50,7 +50,8 @@ def test_wrong_types_point_at_values(tmp_path: Path) -> None:
     assert problems(tmp_path, text) == [
         "tau.yaml:2:8: nodes: must be an integer, got a string 'two'",
         "tau.yaml:3:19: resources.gpus: must be an integer, got a boolean true",
-        "tau.yaml:3:31: resources.cpus: must be a number, got a string 'fast'",
+        "tau.yaml:3:31: resources.cpus: 'fast' is not CPU cores such as 4, 0.5 or \"500m\" "
+        "(millicores)",
         "tau.yaml:4:10: exclude: must be a list, got a string 'data/'",
     ]
 

@@ -32,7 +32,7 @@ def test_resolved_has_every_default_in_field_order(tmp_path: Path) -> None:
     assert loaded.resolved == {
         "name": "mnist",
         "workspace": "default",
-        "queue": "default",
+        "queue": None,  # the server fills in the workspace's default queue
         "priority": None,
         "experiment": None,
         "workdir": ".",

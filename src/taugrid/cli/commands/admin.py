@@ -69,7 +69,11 @@ def validate(file: Path) -> None:
         click.echo(line)
 
 
-@policy.command(name="render", help="Print the Kueue v1beta2 objects (and Namespaces) as YAML.")
+@policy.command(
+    name="render",
+    help="Print the Kueue v1beta2 objects (and Namespaces) as YAML: of FILE, or without "
+    "one of the policy in force on the server (the built-in default included).",
+)
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path), required=False)
 @click.option(
     "--namespace-prefix",
@@ -78,14 +82,15 @@ def validate(file: Path) -> None:
     help="Prefix of each workspace's namespace (namespace = P + workspace).",
 )
 def render(file: Path | None, namespace_prefix: str) -> None:
-    """Without FILE, renders the policy in force on the server."""
+    """Without FILE, renders the policy in force on the server, the built-in default too
+    (the server sends it written as policy.yaml: this machine's GPUs, CPUs and memory)."""
     from taugrid.policy import load_policy, load_policy_text, render_kueue, to_yaml
 
     if file is not None:
         loaded = load_policy(file)
     else:
         current = connect().call("GET", "/admin/policy")
-        if current["builtin"]:
+        if current.get("text") is None:  # a server of before the built-in had a text
             raise UsageError("the server runs the built-in default policy; give a FILE to render")
         loaded = load_policy_text(current["text"], current["source"])
     click.echo(to_yaml(render_kueue(loaded.policy, namespace_prefix)), nl=False)
@@ -117,6 +122,9 @@ def show(output: str) -> None:
     data = connect().call("GET", "/admin/policy")
     if output == "json":
         emit_json(data)
+        return
+    if data["builtin"] and data.get("text"):
+        click.echo(data["text"], nl=False)  # the built-in written as policy.yaml
         return
     if data["builtin"]:
         click.echo("# built-in default policy (no policy applied)")

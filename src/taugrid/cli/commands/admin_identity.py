@@ -105,6 +105,8 @@ def workspace_create(name: str, output: str) -> None:
         return
     click.echo(f"workspace {data['name']} created")
     click.echo(f"add members: tau admin workspace add-member {data['name']} USER --role ROLE")
+    if data.get("note"):  # the policy in force gives it no queue yet, and how to add one
+        click.echo(f"note: {data['note']}", err=True)
 
 
 @workspace.command(

@@ -17,6 +17,7 @@ def command(file: Path, force: bool) -> None:
 
     if file.exists() and not force:
         raise UsageError(f"{file} exists; use --force to overwrite it")
+    file.parent.mkdir(parents=True, exist_ok=True)  # tau init new-project/tau.yaml
     file.write_text(STARTER_TAU_YAML)
     # The starter's command is `python train.py`: give it one that runs, never replacing
     # the user's own.

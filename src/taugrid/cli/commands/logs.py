@@ -8,7 +8,6 @@ otherwise. With --follow, a restarted run's new attempts follow on, each under a
 from __future__ import annotations
 
 import sys
-import time
 from typing import Any
 
 import click
@@ -16,7 +15,8 @@ import click
 from taugrid.cli.client import Client
 from taugrid.cli.connect import connect
 from taugrid.cli.refs import in_workspace, workspace_option
-from taugrid.cli.watch import TERMINAL
+from taugrid.cli.watch import Watch, stream_attempts
+from taugrid.cli.watchtext import waiting_line
 
 
 @click.command(name="logs", help=__doc__)
@@ -39,23 +39,23 @@ def command(
     if attempt is not None or not (all_attempts or follow):
         _stream(client, run, attempt, tail, follow)
         return
-    detail = client.get_run(run)
-    rid = detail["id"]
-    k = 0 if all_attempts else max(detail["attempts"] - 1, 0)
-    headers = all_attempts
-    while True:
-        atts = detail["attempt_list"]
-        if k < len(atts):
-            if headers:
-                _header(atts[k])
-            _stream(client, rid, k, tail if not all_attempts else None, follow)
-            k += 1
-            headers = True  # from the second attempt on, say where each one starts
-        elif not follow or detail["state"] in TERMINAL:
-            return
-        else:
-            time.sleep(0.2)
-        detail = client.get_run(rid)
+    watch = Watch(client, run)
+    detail = watch.get()
+
+    def note_waiting(run: dict[str, Any]) -> None:
+        # While it waits (not yet started, or queued again between attempts), why.
+        if watch.pending_changed(run):
+            click.echo(waiting_line(run), err=True)
+
+    stream_attempts(
+        client,
+        detail,
+        0 if all_attempts else max(detail["attempts"] - 1, 0),
+        headers=all_attempts,
+        tail=tail if not all_attempts else None,
+        follow=follow,
+        on_poll=note_waiting if follow else None,
+    )
 
 
 def _stream(client: Client, run: str, attempt: int | None, tail: int | None, follow: bool) -> None:
@@ -64,14 +64,3 @@ def _stream(client: Client, run: str, attempt: int | None, tail: int | None, fol
     for chunk in client.stream(f"/runs/{run}/logs", params):
         out.write(chunk)
         out.flush()
-
-
-def _header(att: dict[str, Any]) -> None:
-    bits = []
-    if att.get("resumed_from"):
-        bits.append(f"resumed from step {att['resumed_from']['step']}")
-    if att.get("reason"):
-        code = att.get("exit_code")
-        bits.append(att["reason"] + (f", exit {code}" if code is not None else ""))
-    detail = f" ({'; '.join(bits)})" if bits else ""
-    click.echo(f"==> attempt {att['attempt']}{detail} <==")

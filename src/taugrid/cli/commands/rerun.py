@@ -18,7 +18,7 @@ import uuid
 import click
 
 from taugrid.cli.connect import connect
-from taugrid.cli.runflags import RunFlags, finish_submit, run_flags
+from taugrid.cli.runflags import RunFlags, blamed_on_flags, finish_submit, run_flags
 
 
 @click.command(name="rerun", help=__doc__)
@@ -30,7 +30,8 @@ def command(ctx: click.Context, run: str, flags: RunFlags) -> None:
 
     client = connect()
     record = client.get_run(run)
-    # A bad --set stops here (SpecError, exit 2): nothing is created.
-    payload = rerun_payload(record, flags.overrides(), getpass.getuser())
+    # A bad --set (or --name, ...) stops here (SpecError, exit 2): nothing is created.
+    with blamed_on_flags(flags):
+        payload = rerun_payload(record, flags.overrides(), getpass.getuser())
     result = client.submit(payload, str(uuid.uuid4()))
     finish_submit(ctx, client, result, flags, note=f" as a rerun of {record['id']}")

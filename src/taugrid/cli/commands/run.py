@@ -19,8 +19,10 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from taugrid.cli.connect import connect, default_workspace
+from taugrid.cli.preflight import check_submission
+from taugrid.cli.progress import SubmitProgress
 from taugrid.cli.records import Capture
-from taugrid.cli.runflags import RunFlags, finish_submit, run_flags
+from taugrid.cli.runflags import RunFlags, blamed_on_flags, finish_submit, run_flags
 from taugrid.domain.workload_env import submitter_env
 from taugrid.errors import SnapshotTooLarge, SpecError, SpecProblem, UsageError
 from taugrid.home import tau_home
@@ -70,9 +72,10 @@ def command(
             )
 
     def load(extra: list[str]) -> LoadedSpec:
-        if argv is not None:
-            return spec_from_command(argv, Path.cwd(), overrides + extra)
-        return load_spec(path, overrides + extra)
+        with blamed_on_flags(flags):  # `--name My_Run: ...`, not `--set name=My_Run: ...`
+            if argv is not None:
+                return spec_from_command(argv, Path.cwd(), overrides + extra)
+            return load_spec(path, overrides + extra)
 
     loaded = load([])
     # The context's workspace applies where neither the file nor a flag chose one.
@@ -87,8 +90,13 @@ def command(
     # git and the workload's Python are looked at while the snapshot is built and sent.
     records = Capture(loaded.workdir, workload_path(loaded.spec.env))
     client = connect()
+    check_submission(client, loaded)  # a missing secret or queue, before any archiving
     digest = upload_snapshot(
-        client, loaded.workdir, list(loaded.spec.exclude), loaded.spec.workspace
+        client,
+        loaded.workdir,
+        list(loaded.spec.exclude),
+        loaded.spec.workspace,
+        SubmitProgress.for_output(flags.output),
     )
     code, python_env = records.result()
     payload: dict[str, Any] = {
@@ -131,19 +139,37 @@ def check_limits(loaded: LoadedSpec) -> None:
         raise SpecError([SpecProblem(loaded.source, None, None, f, m) for f, m in problems])
 
 
-def upload_snapshot(client: Any, workdir: Path, exclude: list[str], workspace: str) -> str:
+def upload_snapshot(
+    client: Any,
+    workdir: Path,
+    exclude: list[str],
+    workspace: str,
+    progress: SubmitProgress | None = None,
+) -> str:
     """Archive the workdir (content-addressed) and upload it for ``workspace``, streamed
-    from the archive file, unless the server has it there already."""
+    from the archive file, unless the server has it there already. ``progress`` shows
+    both on a terminal (taugrid.cli.progress)."""
     from taugrid.executors.local.snapshot import DEFAULT_MAX_BYTES, create_snapshot
 
+    progress = progress or SubmitProgress(enabled=False)
     limit = int(os.environ.get("TAU_SNAPSHOT_LIMIT", DEFAULT_MAX_BYTES))
-    info = create_snapshot(workdir, exclude, tau_home() / "cache" / "snapshots", limit)
-    if info.size_bytes > limit:  # compressed yet bigger: incompressible files, many headers
-        raise SnapshotTooLarge(
-            f"code snapshot archive of {workdir} is {info.size_bytes / 2**20:.1f} MiB, over "
-            f"the {limit / 2**20:.1f} MiB limit; exclude what the run does not need with "
-            "`exclude:` in tau.yaml or a .tauignore file (gitignore syntax)"
-        )
-    if not client.has_snapshot(info.digest, workspace):
-        client.put_snapshot(info.digest, info.path, workspace)
+    try:
+        drawn = progress.archiving if progress.enabled else None
+        info = create_snapshot(workdir, exclude, tau_home() / "cache" / "snapshots", limit, drawn)
+        progress.archived()
+        if info.size_bytes > limit:  # compressed yet bigger: incompressible files, headers
+            raise SnapshotTooLarge(
+                f"code snapshot archive of {workdir} is {info.size_bytes / 2**20:.1f} MiB, "
+                f"over the {limit / 2**20:.1f} MiB limit; exclude what the run does not need "
+                "with `exclude:` in tau.yaml or a .tauignore file (gitignore syntax)"
+            )
+        if not client.has_snapshot(info.digest, workspace):
+            client.put_snapshot(
+                info.digest, info.path, workspace, progress.uploader(info.size_bytes)
+            )
+            progress.uploaded()
+    except BaseException:
+        progress.abandon()
+        raise
+    progress.finish(info.content_bytes, info.file_count, info.size_bytes)
     return info.digest

@@ -5,15 +5,33 @@ from __future__ import annotations
 import os
 import signal
 import time
+from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from taugrid.cli.client import Client
 from taugrid.cli.connect import running_server, start_server
 from taugrid.cli.output import emit_json, output_option
-from taugrid.errors import ServerUnreachable, UsageError
+from taugrid.errors import Conflict, ServerUnreachable, UsageError
 from taugrid.home import tau_home
 from taugrid.net import is_loopback_host
+
+NOT_RUNNING_EXIT = 3  # `tau server status` with no server, as service managers' status
+
+
+class GpuCount(click.ParamType[str]):
+    """A number of GPUs, or ``auto`` (detect them through NVML)."""
+
+    name = "N|auto"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value).strip().lower()
+        if text == "auto":
+            return text
+        if text.isascii() and text.isdigit():
+            return str(int(text))
+        self.fail("must be a number of GPUs (0 or more) or auto", param, ctx)
 
 
 @click.group(name="server", help=__doc__)
@@ -22,12 +40,29 @@ def command() -> None:
 
 
 @command.command(name="start", help="Start the local server (the CLI also does this itself).")
-@click.option("--gpus", type=click.IntRange(min=0), help="GPUs to offer to runs.")
+@click.option(
+    "--gpus",
+    type=GpuCount(),
+    help="GPUs to offer to runs; remembered for every later start of this TAU_HOME (the "
+    "CLI's auto-start too) until changed. auto: detect them (NVML).",
+)
 @click.option("--database-url", help="SQLAlchemy URL (default: SQLite in TAU_HOME).")
 @click.option(
     "--retention",
     help="Keep finished runs' logs, outputs and checkpoints this long (e.g. 30d, or never; "
     "default 30d). Records are kept for good.",
+)
+@click.option(
+    "--min-free-disk",
+    metavar="QUANTITY|PCT",
+    help="Refuse new runs while TAU_HOME's disk has less free, e.g. 256Mi or 1% "
+    "(default 256Mi; 0: off).",
+)
+@click.option(
+    "--run-disk-limit",
+    metavar="QUANTITY",
+    help="Disk space a run's files may take unless its resources.disk says, e.g. 20Gi "
+    "(default: no limit).",
 )
 @click.option(
     "--shared",
@@ -74,9 +109,11 @@ def command() -> None:
     "(default 2000000-2999999).",
 )
 def start(
-    gpus: int | None,
+    gpus: str | None,
     database_url: str | None,
     retention: str | None,
+    min_free_disk: str | None,
+    run_disk_limit: str | None,
     shared: bool,
     host: str,
     port: int,
@@ -94,15 +131,18 @@ def start(
     home = tau_home()
     info = running_server(home)
     if info is not None:
-        click.echo(f"tau server already running at {info['url']} (pid {info['pid']})")
+        already_running(click.get_current_context(), info, gpus)
         return
     args = []
     if gpus is not None:
-        args += ["--gpus", str(gpus)]
+        args += ["--gpus", gpus]
     if database_url:
         args += ["--database-url", database_url]
     if retention:
         args += ["--retention", retention]
+    for flag, value in (("--min-free-disk", min_free_disk), ("--run-disk-limit", run_disk_limit)):
+        if value:
+            args += [flag, value]
     if not shared and not is_loopback_host(host):
         raise UsageError(f"a local server binds to loopback only; --host {host} needs --shared")
     if shared:
@@ -146,6 +186,44 @@ def start(
         click.echo(bootstrap.read_text().strip())
 
 
+def gpus_text(info: dict[str, Any], *, unit: bool = True) -> str:
+    """``2 GPUs (declared)`` (``2 (declared)`` without the unit), from what the server
+    published in server.json."""
+    count = info.get("gpus")
+    if not isinstance(count, int):
+        return "unknown GPUs (a server of an older version)" if unit else "unknown"
+    how = "declared" if info.get("gpus_declared") else "detected"
+    noun = f" GPU{'' if count == 1 else 's'}" if unit else ""
+    return f"{count}{noun} ({how})"
+
+
+def already_running(ctx: click.Context, info: dict[str, Any], gpus: str | None) -> None:
+    """``tau server start`` against a running server: its settings cannot change while it
+    runs, so asking for other ones is a conflict (exit 7) that says how; asking for what
+    it already has is fine."""
+    pid, url = info["pid"], info["url"]
+    stop_first = "stop it first (its runs keep running): tau server stop, then tau server start"
+    if gpus is not None:
+        count, declared = info.get("gpus"), bool(info.get("gpus_declared"))
+        same = (not declared) if gpus == "auto" else (isinstance(count, int) and str(count) == gpus)
+        if not same:
+            raise Conflict(
+                f"the tau server already runs with {gpus_text(info)} (pid {pid}); to offer "
+                f"--gpus {gpus}, {stop_first} --gpus {gpus}"
+            )
+    given = [
+        "--" + name.replace("_", "-")
+        for name in ctx.params
+        if name != "gpus" and ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE
+    ]
+    if given:
+        raise Conflict(
+            f"the tau server already runs (pid {pid}) and {', '.join(given)} cannot change "
+            f"while it does; {stop_first} with them"
+        )
+    click.echo(f"tau server already running at {url} with {gpus_text(info)} (pid {pid})")
+
+
 @command.command(name="stop", help="Stop the local server; running runs keep running.")
 @click.option("--timeout", type=float, default=15.0, show_default=True)
 def stop(timeout: float) -> None:
@@ -167,9 +245,14 @@ def stop(timeout: float) -> None:
     raise ServerUnreachable(f"tau server (pid {pid}) did not stop within {timeout:.0f}s")
 
 
-@command.command(name="status", help="Show whether the local server runs, and where.")
+@command.command(
+    name="status",
+    help="Show whether the local server runs, where, and with what: GPUs, isolation, "
+    f"database. Exits {NOT_RUNNING_EXIT} when no server runs.",
+)
 @output_option
-def status(output: str) -> None:
+@click.pass_context
+def status(ctx: click.Context, output: str) -> None:
     home = tau_home()
     info = running_server(home)
     data: dict[str, object] = {"running": False, "home": str(home)}
@@ -181,6 +264,11 @@ def status(output: str) -> None:
             pid=info["pid"],
             version=health["version"],
             runs=health.get("runs"),
+            gpus=info.get("gpus"),
+            gpus_declared=info.get("gpus_declared"),
+            isolation=info.get("isolation"),
+            shared=info.get("shared"),
+            database=info.get("database"),
         )
     if output == "json":
         emit_json(data)
@@ -188,6 +276,16 @@ def status(output: str) -> None:
         click.echo(f"tau server is not running (home {home})")
     else:
         click.echo(
-            f"tau server running at {data['url']} (pid {data['pid']}, "
-            f"version {data['version']}, {data['runs']} runs, home {home})"
+            f"tau server running at {data['url']} (pid {data['pid']}, version "
+            f"{data['version']}, home {home})"
         )
+        for label, value in (
+            ("GPUs", gpus_text(info, unit=False)),
+            ("isolation", data["isolation"] or "unknown"),
+            ("mode", "shared" if data["shared"] else "local"),
+            ("database", data["database"] or "unknown"),
+            ("runs", data["runs"]),
+        ):
+            click.echo(f"  {label + ':':<11}{value}")
+    if info is None:
+        ctx.exit(NOT_RUNNING_EXIT)

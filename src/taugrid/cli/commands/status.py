@@ -68,8 +68,9 @@ def describe(run: dict[str, Any]) -> str:
         f"Command:    {cmd_text}",
         f"Resources:  gpus={run['gpus']}",
         f"Submitted:  {clock(run['created_at'])} by {run['submitter']}",
-        f"Started:    {clock(run['started_at'])}",
-        f"Finished:   {clock(run['finished_at'])}   Duration: {duration(run)}",
+        f"Started:    {clock(run['started_at'])}{_latest_attempt_start(run)}",
+        f"Finished:   {clock(run['finished_at'])}   Duration: {duration(run)}"
+        + (" (from the first attempt's start)" if len(run.get("attempt_list") or ()) > 1 else ""),
         f"Exit code:  {exit_text(run)}",
         *_pending_lines(run),
         *_experiment_lines(run),
@@ -130,6 +131,16 @@ def command(run: str | None, workspace: str | None, output: str) -> None:
             )
     else:
         click.echo("No runs yet. Submit one with: tau run -- python train.py")
+
+
+def _latest_attempt_start(run: dict[str, Any]) -> str:
+    """The run started with its first attempt; with several, when the latest began too
+    (the attempts table has each one's start and duration)."""
+    attempts = run.get("attempt_list") or []
+    if len(attempts) < 2 or attempts[-1].get("started_at") is None:
+        return ""
+    last = attempts[-1]
+    return f"   (attempt {last['attempt']} started {clock(last['started_at'])})"
 
 
 def _pending_lines(run: dict[str, Any]) -> list[str]:

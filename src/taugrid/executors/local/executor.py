@@ -11,6 +11,8 @@ survive a server crash.
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -20,7 +22,6 @@ from taugrid.domain.outcomes import AttemptExit
 from taugrid.executors.base import LaunchRequest, Observation
 from taugrid.executors.local import isolation, orphans, process
 from taugrid.executors.local.diskguard import RESERVE_FILE
-from taugrid.executors.local.files import write_json_atomic
 from taugrid.executors.local.snapshot import unpack_snapshot
 from taugrid.executors.local.supervisor import CANCEL_FILE
 
@@ -69,6 +70,18 @@ class LocalExecutor:
     def workdir(self, run_id: str) -> Path:
         return self.run_dir(run_id) / "workdir"
 
+    def attempt_of(self, attempt_dir: str) -> tuple[str, int] | None:
+        """(run id, attempt) of an attempt directory of ours, as a supervisor names it in
+        its status push; None for any other path."""
+        parts = Path(attempt_dir).parts
+        # The supervisor names its directory resolved (process.start_supervisor).
+        for root in {self.runs_root.parts, self.runs_root.resolve().parts}:
+            if len(parts) == len(root) + 3 and parts[: len(root)] == root:
+                run_id, kind, attempt = parts[len(root) :]
+                if kind == "attempts" and attempt.isdigit() and run_id not in (".", ".."):
+                    return run_id, int(attempt)
+        return None
+
     def home_dir(self, run_id: str) -> Path:
         """A sandboxed run's HOME (the server user's own is hidden from it)."""
         return self.run_dir(run_id) / "home"
@@ -89,7 +102,7 @@ class LocalExecutor:
         notify = None
         if self.notify_url and self.token_file:
             notify = {"url": self.notify_url, "token_file": str(self.token_file)}
-        write_json_atomic(
+        _write_launch_file(
             adir / "launch.json",
             {
                 "command": req.command,
@@ -203,6 +216,24 @@ class LocalExecutor:
 
     def cancel(self, run_id: str, attempt: int) -> bool:
         return process.request_cancel(self.attempt_dir(run_id, attempt))
+
+
+def _write_launch_file(path: Path, data: dict[str, Any]) -> None:
+    """launch.json, renamed into place (the supervisor reads all of it or nothing), but
+    not fsynced: it needs to outlive the server, which the page cache does, not the
+    machine. After a power loss the supervisor that read it is gone too and the attempt
+    ends as lost whether the file survived or not (a file that did not survive gets the
+    attempt launched again). Two fsyncs per launch were the costliest part of the pass
+    that launches a burst of runs: they queue behind every other writer's on the disk."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f, sort_keys=True)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _exited(status: dict[str, Any]) -> Observation:

@@ -7,6 +7,8 @@ at any time without touching running work.
 
 from __future__ import annotations
 
+import atexit
+import logging
 import os
 import signal
 import subprocess
@@ -16,12 +18,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+from taugrid.executors.local import forkserver
 from taugrid.executors.local import supervisor as _supervisor
 from taugrid.executors.local.files import read_json, write_json_atomic
 from taugrid.executors.local.supervisor import CANCEL_FILE, PID_FILE, STATUS_FILE
 
 SUPERVISOR_SCRIPT = Path(_supervisor.__file__).resolve()
 _REAP_INTERVAL_S = 0.5
+# "0": start every supervisor as a fresh interpreter, never forked (forkserver.py).
+FORK_SERVER_ENV = "TAU_SUPERVISOR_FORK_SERVER"
+log = logging.getLogger("taugrid.executor")
 
 # Supervisors this process started and has not reaped yet. A kept Popen is reaped by
 # polling it; never os.waitpid(-1), which would steal other subprocess users' children.
@@ -45,17 +51,42 @@ def _reap_forever() -> None:
         reap_supervisors()
 
 
+_fork_servers: dict[str, forkserver.Client] = {}
+_fork_servers_lock = threading.Lock()
+
+
+def _fork_server(python: str) -> forkserver.Client:
+    with _fork_servers_lock:
+        client = _fork_servers.get(python)
+        if client is None:
+            argv = [python, "-I", "-S", str(SUPERVISOR_SCRIPT), forkserver.FLAG, "."]
+            client = _fork_servers[python] = forkserver.Client(argv)
+            atexit.register(client.close)
+        return client
+
+
 def start_supervisor(attempt_dir: Path, python: str = sys.executable) -> int:
     """Start the supervisor of ``attempt_dir`` (holding launch.json) detached; its pid.
 
-    Returns as soon as the interpreter is exec'd (no wait for its start-up). The file is
-    run with ``-I -S`` rather than ``-m``: isolated from PYTHON* variables and the user's
-    site, and no site-packages scan, which shortens the supervisor's start-up.
+    Forked by this process's supervisor fork server (``forkserver``: no interpreter
+    start-up, no imports per run), or where that fails (or ``TAU_SUPERVISOR_FORK_SERVER=0``)
+    started as ``python -I -S supervisor.py ATTEMPT_DIR``: isolated from PYTHON* variables
+    and the user's site, and no site-packages scan. Returns as soon as the process exists.
     """
-    global _reaper
     attempt_dir = Path(attempt_dir).resolve()
     if not (attempt_dir / _supervisor.LAUNCH_FILE).is_file():
         raise FileNotFoundError(f"no {_supervisor.LAUNCH_FILE} in {attempt_dir}")
+    if os.environ.get(FORK_SERVER_ENV, "1") != "0":
+        try:
+            return _fork_server(python).spawn(str(attempt_dir))
+        except forkserver.Unavailable as exc:
+            if not exc.recent:
+                log.warning("supervisor fork server unavailable (%s); starting them directly", exc)
+    return _start_interpreter(attempt_dir, python)
+
+
+def _start_interpreter(attempt_dir: Path, python: str) -> int:
+    global _reaper
     proc = subprocess.Popen(
         [python, "-I", "-S", str(SUPERVISOR_SCRIPT), str(attempt_dir)],
         stdin=subprocess.DEVNULL,
@@ -118,7 +149,11 @@ def pid_alive(pid: int) -> bool:
 
 
 def is_supervisor_of(pid: int, attempt_dir: Path) -> bool:
-    """Whether ``pid`` is alive and is the supervisor of ``attempt_dir``, not a recycled pid."""
+    """Whether ``pid`` is alive and is the supervisor of ``attempt_dir``, not a recycled pid.
+
+    Its last argument, resolved against its working directory, names the attempt: the
+    path itself for a supervisor started as ``supervisor.py ATTEMPT_DIR``, ``.`` for one
+    forked by the fork server, which works in its attempt directory (forkserver.py)."""
     if not pid_alive(pid):
         return False
     try:

@@ -46,7 +46,16 @@ from typing import Any
 if not __package__:  # run as a file (python -I -S .../supervisor.py): find our own package
     sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), *[".."] * 3)))
 
-from taugrid.executors.local import diskguard, launchfile, logmask, oomwatch, proctree, sandboxrun
+from taugrid.executors.local import (
+    diskguard,
+    forkserver,
+    launchfile,
+    logmask,
+    oomwatch,
+    proctree,
+    sandboxrun,
+    statuspush,
+)
 
 LAUNCH_FILE = "launch.json"
 STATUS_FILE = "status.json"
@@ -70,16 +79,20 @@ def _log(message: str) -> None:
         os.write(2, line.encode("utf-8", "replace"))
 
 
-def _write_json_atomic(path: str, data: object) -> None:
+def _write_json_atomic(path: str, data: object, *, durable: bool = True) -> None:
     # Copy of files.write_json_atomic (see the module docstring for why it is not imported).
+    # ``durable=False``: renamed into place (readers see all or nothing) but not fsynced,
+    # for what only matters while this process lives (see Supervisor.write_status).
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(data, f, sort_keys=True)
         f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())
     os.replace(tmp, path)
-    _fsync_dir(os.path.dirname(path))
+    if durable:
+        _fsync_dir(os.path.dirname(path))
 
 
 def _fsync_dir(path: str) -> None:
@@ -149,8 +162,16 @@ class Supervisor:
             _log(f"cannot write to {OUTPUT_LOG}: {exc}")
 
     def write_status(self, status: dict[str, Any]) -> None:
+        """Record ``status`` and push it to the server. Only the final ("exited") status
+        is fsynced: it is the run's result, which must outlive a power loss until the
+        server has recorded it. "running" matters only while this process lives (after a
+        machine crash the attempt is lost either way), and each fsync queues behind every
+        other writer on the disk: with many short runs starting together they added up."""
         status["supervisor_pid"] = os.getpid()
-        self._on_full_disk(lambda: _write_json_atomic(self.path(STATUS_FILE), status))
+        durable = status.get("phase") != "running"
+        self._on_full_disk(
+            lambda: _write_json_atomic(self.path(STATUS_FILE), status, durable=durable)
+        )
         self.notify(status)
 
     def _on_full_disk(self, write: Any) -> None:
@@ -169,31 +190,10 @@ class Supervisor:
         if not isinstance(notify, dict):
             return
         try:
-            import http.client
-            import urllib.parse
-
             with open(notify["token_file"], encoding="utf-8") as f:
                 token = f.read().strip()
-            url = urllib.parse.urlsplit(notify["url"])
-            https = url.scheme == "https"
-            conn_cls = http.client.HTTPSConnection if https else http.client.HTTPConnection
-            port = url.port or (443 if https else 80)
-            conn = conn_cls(url.hostname or "127.0.0.1", port, timeout=NOTIFY_TIMEOUT_S)
-            target = (url.path or "/") + (f"?{url.query}" if url.query else "")
-            body = json.dumps({"attempt_dir": self.dir, "status": status}).encode()
-            try:
-                conn.request(
-                    "POST",
-                    target,
-                    body=body,
-                    headers={
-                        "Authorization": f"Bearer {token}",
-                        "Content-Type": "application/json",
-                    },
-                )
-                conn.getresponse().read()
-            finally:
-                conn.close()
+            payload = {"attempt_dir": self.dir, "status": status}
+            statuspush.post_json(str(notify["url"]), token, payload, NOTIFY_TIMEOUT_S)
         except Exception as exc:  # any failure is fine: the server polls status.json
             _log(f"notify failed: {exc!r}")
 
@@ -221,20 +221,20 @@ class Supervisor:
         self._wake_r = r
 
     def claim_pid_file(self) -> bool:
-        """Write supervisor.pid, failing if another supervisor already owns this attempt."""
+        """Write supervisor.pid, failing if another supervisor already owns this attempt.
+
+        Not fsynced: a pid means something only while this process lives, which a power
+        loss ends too; the claim's exclusiveness is the link's, not the disk's."""
         final = self.path(PID_FILE)
         tmp = f"{final}.{os.getpid()}.tmp"
         with open(tmp, "w", encoding="ascii") as f:
             f.write(f"{os.getpid()}\n")
-            f.flush()
-            os.fsync(f.fileno())
         try:
             os.link(tmp, final)  # atomic, and fails if the file exists
         except FileExistsError:
             return False
         finally:
             os.unlink(tmp)
-        _fsync_dir(self.dir)
         return True
 
     def exited_status(self, outcome: str, **fields: Any) -> dict[str, Any]:
@@ -572,10 +572,24 @@ class Supervisor:
 
 
 def main(argv: list[str]) -> int:
+    if len(argv) == 3 and argv[1] == forkserver.FLAG:
+        return forkserver.serve(_supervise, _warm_up)
     if len(argv) != 2:
         sys.stderr.write("usage: python -m taugrid.executors.local.supervisor ATTEMPT_DIR\n")
         return 2
-    attempt_dir = os.path.abspath(argv[1])
+    return _supervise(os.path.abspath(argv[1]))
+
+
+def _warm_up() -> None:
+    """What a fork server loads once so that no forked supervisor loads it again: libc
+    for prctl (ctypes) and the modules imported on demand."""
+    import shutil  # noqa: F401  (copy_outputs)
+    import traceback  # noqa: F401  (main)
+
+    proctree.die_with_us()
+
+
+def _supervise(attempt_dir: str) -> int:
     _detach(attempt_dir)
     problem = proctree.become_subreaper()
     if problem:

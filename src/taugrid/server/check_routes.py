@@ -1,0 +1,78 @@
+"""/api/v1 routes for what ``tau run`` asks before it archives (``POST /runs/check``) and
+what ``tau diff`` compares (``GET /runs/{ref}/snapshot``). Thin, as in routes.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, Field
+
+from taugrid.domain.submit_limits import MAX_SUBMIT_BODY_BYTES
+from taugrid.server.bodylimit import limited_route
+from taugrid.server.schemas import SubmitRequest
+from taugrid.server.services import RunService
+
+router = APIRouter(prefix="/api/v1")
+
+# ``RunService.check`` never looks at the snapshot; the submit body's field is required,
+# so the check hands it this stand-in (no upload can have it: it is no archive's hash).
+_NO_SNAPSHOT = "0" * 64
+
+
+def _svc(request: Request) -> RunService:
+    """The run service as the caller sees it (runs of other workspaces do not exist)."""
+    svc: RunService = request.app.state.service
+    return svc.for_caller(request.state.caller)
+
+
+class CheckRequest(BaseModel):
+    """A submit body before the snapshot exists: the same fields, without
+    ``snapshot_digest`` (any other submit field is accepted and ignored)."""
+
+    spec_source: str
+    file_text: str | None = None
+    overrides: list[str] = Field(default_factory=list)
+    resolved: dict[str, Any]
+    spec_hash: str | None = None
+    submitter: str = "unknown"
+    env: dict[str, str] = Field(default_factory=dict)
+    rerun_of: str | None = None
+
+
+class CheckResult(BaseModel):
+    """Where the run would go; every check passed."""
+
+    workspace: str
+    queue: str = Field(description="The queue used: the spec's, else the workspace's default.")
+    cluster_queue: str
+    priority: str
+
+
+class SnapshotMember(BaseModel):
+    path: str
+    type: str = Field(description="file or symlink")
+    size: int
+    sha256: str = Field(description="of the content; of the target text for a symlink")
+
+
+class SnapshotListing(BaseModel):
+    run_id: str
+    digest: str
+    files: list[SnapshotMember]
+
+
+@limited_route(router, "POST", "/runs/check", MAX_SUBMIT_BODY_BYTES, response_model=CheckResult)
+def check_submission(body: CheckRequest, request: Request) -> CheckResult:
+    """Every submit check that needs no snapshot (limits, spec, workspace and role, queue,
+    priority, fit, secrets, ``rerun_of``, disk headroom), with the submit's errors;
+    nothing is recorded. ``POST /runs`` checks everything again."""
+    req = SubmitRequest(**body.model_dump(), snapshot_digest=_NO_SNAPSHOT)
+    return CheckResult(**_svc(request).check(req))
+
+
+@router.get("/runs/{ref}/snapshot", response_model=SnapshotListing)
+def snapshot_listing(ref: str, request: Request) -> SnapshotListing:
+    """The files of the run's code snapshot (size, sha256), for whoever may read the run."""
+    run_id, digest, files = _svc(request).snapshot_listing(ref)
+    return SnapshotListing(run_id=run_id, digest=digest, files=[SnapshotMember(**f) for f in files])
