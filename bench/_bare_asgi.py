@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import socket
 import subprocess
 import sys
@@ -129,13 +128,10 @@ class BareServer:
         return Api(self.url, "unused")
 
     def __exit__(self, *exc: object) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        from bench._common import terminate
+
+        if self.proc is not None:
+            terminate(self.proc)
 
 
 def main() -> int:

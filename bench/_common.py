@@ -323,17 +323,24 @@ class BenchServer:
             if self._stopped:
                 return
             self._stopped = True
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        if self.proc is not None:
+            terminate(self.proc)
         leftovers = kill_processes_under(self.home)
         if leftovers:
             print(f"  (killed {leftovers} leftover process(es) of {self.home})", file=sys.stderr)
         shutil.rmtree(self.home, ignore_errors=True)
+
+
+def terminate(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, 10 s for it to exit, then SIGKILL."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
 
 
 def _exit_on_signal(signum: int, _frame: object) -> None:

@@ -24,6 +24,8 @@ BENCHMARKS = (
     "checkpoint_persist",
     "checkpoint_async",
     "isolation",
+    "scheduler_decision",
+    "scheduler_kueue_baseline",
 )
 
 

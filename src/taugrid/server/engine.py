@@ -101,6 +101,7 @@ class RunEngine:
         self._failing: set[str] = set()  # runs whose step raised (logged once each)
         # This pass's transitions, committed together (RunStore.transition_many).
         self._queued: list[_Queued] = []
+        self._moved = 0  # transitions this pass wrote (a pass that wrote none rests longer)
         # Each launched run's restart policy (from its spec), so that finishing an
         # attempt needs no read of the full row; filled again from the row after a restart.
         self._restart_policies: dict[str, RestartPolicy] = {}
@@ -140,17 +141,25 @@ class RunEngine:
         self._wake.set()
 
     def _loop(self) -> None:
-        last, cost = 0.0, 0.0
+        started, ended, cost, idle = 0.0, 0.0, 0.0, False
         while not self._stop.is_set():
-            # A burst of wake-ups (many submits) becomes one pass, not one each; and passes
-            # are spaced by twice their CPU cost, so a deep queue can't starve the API of
-            # the GIL. CPU, not wall time: a pass that waits on commits' fsyncs or on
-            # process spawns holds no GIL, and spacing by that would idle the engine.
-            gap = max(MIN_PASS_INTERVAL_S, 2 * cost) - (time.monotonic() - last)
+            # A burst of wake-ups (many submits) becomes one pass, not one each: passes
+            # start at least twice their CPU cost apart (MIN_PASS_INTERVAL_S at least),
+            # so a deep queue can't starve the API of the GIL. A pass that moved no run
+            # (a burst of submits into a full queue: each pass reads the whole queue and
+            # admits nothing) rests twice its cost after it ends instead, so it takes at
+            # most a third of the GIL, not half (the burst's submits/s: 1.3-1.6x). A pass
+            # that moves runs keeps its pace: short runs need it. CPU, not wall time: a
+            # pass that waits on fsyncs or process spawns holds no GIL, and spacing by
+            # that would idle the engine.
+            now = time.monotonic()
+            rest = 2 * cost - (now - ended) if idle else 2 * cost - (now - started)
+            gap = max(MIN_PASS_INTERVAL_S - (now - started), rest)
             if gap > 0:
                 self._stop.wait(gap)
-            last = time.monotonic()
+            started = time.monotonic()
             cpu = time.thread_time()
+            self._moved = 0
             self._wake.clear()
             try:
                 self.step()
@@ -159,6 +168,8 @@ class RunEngine:
                     self.disk.note_full()  # the reserve goes back for the state changes
                 log.exception("engine pass failed")
             cost = time.thread_time() - cpu
+            ended = time.monotonic()
+            idle = self._moved == 0
             self._wake.wait(self.poll_interval_s)
 
     # -- one pass -----------------------------------------------------------------------
@@ -350,7 +361,7 @@ class RunEngine:
         )
 
     def _schedule(self) -> None:
-        queued = self.store.in_states([S.QUEUED], light=True)
+        queued = self.store.in_states([S.QUEUED], scheduling=True)
         if not queued:
             self.pending = {}
             return
@@ -472,6 +483,7 @@ class RunEngine:
                 if isinstance(result, BaseException):
                     log.info("run %s not moved to %s: %s", move.run_id, move.step.to, result)
                     continue
+                self._moved += 1
                 if move.step.to != S.RUNNING:  # anything else may free or take quota
                     self._dirty = True
                 if queued.then is not None:

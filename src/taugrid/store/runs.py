@@ -240,20 +240,26 @@ class RunStore:
         states: Iterable[RunState],
         *,
         light: bool = False,
+        scheduling: bool = False,
         ids: Iterable[str] | None = None,
     ) -> list[Row]:
         """Runs in ``states`` in queue order (only those of ``ids``, when given). ``light``
-        leaves out the spec texts and the environment (the scheduler does not need them,
-        and they are most of a row)."""
+        leaves out the spec texts, the environment and the code and Python records (most
+        of a row); ``scheduling`` reads only what a scheduling pass needs of a waiting
+        run (the engine reads every queued run at every pass: at a deep queue the rows'
+        conversion, not the query, was most of the pass)."""
+        columns = _SCHEDULING_COLUMNS if scheduling else _LIGHT_COLUMNS if light else runs.c
         q = (
-            select(*_LIGHT_COLUMNS if light else runs.c)
+            select(*columns)
             .where(runs.c.state.in_([s.value for s in states]))
             .order_by(runs.c.queued_seq)
         )
         if ids is not None:
             q = q.where(runs.c.id.in_(sorted(ids)))
         with self.engine.connect() as conn:
-            return [dict(r) for r in conn.execute(q).mappings()]
+            result = conn.execute(q)
+            keys = tuple(result.keys())
+            return [dict(zip(keys, row, strict=True)) for row in result]
 
     def gpus_in_use(self) -> set[int]:
         """GPU indices placed on the current attempt of every admitted or running run."""
@@ -477,9 +483,41 @@ _REQUEST_CANCEL = (
 )
 _EMPTY_RUN: Row = {c.name: None for c in runs.c}
 _HEAVY = frozenset(
-    {"spec_source", "spec_file_text", "spec_overrides", "spec_resolved", "env_summary"}
+    {
+        "spec_source",
+        "spec_file_text",
+        "spec_overrides",
+        "spec_resolved",
+        "env_summary",
+        "code_info",  # a git diff of up to 1 MiB
+        "python_env",  # every installed package
+    }
 )
 _LIGHT_COLUMNS = [c for c in runs.c if c.name not in _HEAVY]
+# What the engine's scheduling pass reads of a queued run (``queueing.workload_of``, the
+# admission), and what identifies the row.
+_SCHEDULING_COLUMNS = [
+    runs.c[name]
+    for name in (
+        "id",
+        "name",
+        "workspace",
+        "submitter",
+        "state",
+        "cluster_queue",
+        "priority_value",
+        "requests",
+        "gpus",
+        "gpu_type",
+        "created_at",
+        "updated_at",
+        "queued_seq",
+        "attempt_count",
+        "flavor",
+        "preempt_requested_at",
+        "cancel_requested_at",
+    )
+]
 
 
 @functools.cache
