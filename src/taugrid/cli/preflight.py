@@ -9,11 +9,11 @@ The submit checks everything again; this only moves the cheap failures first.
 
 from __future__ import annotations
 
-import getpass
 import os
 from typing import TYPE_CHECKING, Any
 
 from taugrid.domain.workload_env import submitter_env
+from taugrid.osuser import current_user
 
 if TYPE_CHECKING:
     from taugrid.cli.client import Client
@@ -29,7 +29,7 @@ def check_submission(client: Client, loaded: LoadedSpec) -> dict[str, Any]:
         "overrides": loaded.overrides,
         "resolved": loaded.resolved,
         "spec_hash": loaded.spec_hash,
-        "submitter": getpass.getuser(),
+        "submitter": current_user(),
         "env": submitter_env(os.environ),
     }
     result: dict[str, Any] = client.call("POST", "/runs/check", json_body=body)

@@ -99,7 +99,7 @@ class SubmitProgress:
         """On when stderr is a terminal and the output is not ``-o json``."""
         return cls(output != "json" and sys.stderr.isatty())
 
-    # -- callbacks (archive: taugrid.executors.local.snapshot; upload: the client) ------
+    # -- callbacks (archive: taugrid.workdir.snapshot; upload: the client) ------
     def archiving(self, files: int, done: int, files_total: int, total: int) -> None:
         if self.enabled:
             self._draw(archiving_text(files, files_total, done, total), files >= files_total)

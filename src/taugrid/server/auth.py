@@ -10,7 +10,6 @@ secrets for its id.
 from __future__ import annotations
 
 import contextlib
-import getpass
 import hmac
 import os
 import secrets
@@ -23,6 +22,7 @@ from typing import TypeVar
 
 from taugrid.domain.access import Caller
 from taugrid.errors import AuthError, RateLimited
+from taugrid.osuser import current_user
 from taugrid.store.identity import IdentityStore, parse_token
 
 MAX_FAILURES = 10  # per (source, token id), within FAILURE_WINDOW_S, before it is blocked
@@ -137,7 +137,7 @@ class Authenticator:
         self.local_token = local_token
         self.identity = identity
         self.limiter = FailureLimiter()
-        self.local_user = getpass.getuser()
+        self.local_user = current_user()
 
     def local_caller(self, header: str | None) -> Caller | None:
         """The machine's owner if the header holds the local token (no I/O); else None."""

@@ -7,7 +7,6 @@ only builds their input and checks submissions against the policy.
 
 from __future__ import annotations
 
-import getpass
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from taugrid.domain.quota import Admitted, Snapshot, Workload
 from taugrid.domain.scheduling import never_fits
 from taugrid.errors import Unschedulable, UsageError
 from taugrid.executors.local.gpus import Gpu, gpus_of_type, short_gpu_type
+from taugrid.osuser import current_user
 from taugrid.policy import (
     DomainPolicy,
     LoadedPolicy,
@@ -127,7 +127,7 @@ class Queueing:
         """Validate, store durably, then put in force. A bad policy raises SpecError with
         every problem and leaves the running policy untouched."""
         loaded = load_policy_text(text, source)
-        row = self.store.apply(source, text, loaded.policy_hash, applied_by or getpass.getuser())
+        row = self.store.apply(source, text, loaded.policy_hash, applied_by or current_user())
         with self._lock:
             self._policy = _in_force(loaded, row)
         return self._policy

@@ -29,18 +29,17 @@ from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 from taugrid.domain.access import Caller, Role, SecretAccess, secret_access
-from taugrid.errors import Forbidden, NotFound, RequestTooLarge, UsageError
-from taugrid.executors.local.secrets import (
+from taugrid.domain.secret_refs import (
     DEFAULT_WORKSPACE,
     MAX_VALUE_BYTES,
-    LocalSecretStore,
-    SecretScope,
     check_ref,
     check_value,
     check_workspace,
     refuse_value_as_ref,
     set_command,
 )
+from taugrid.errors import Forbidden, NotFound, RequestTooLarge, UsageError
+from taugrid.executors.local.secrets import LocalSecretStore, SecretScope
 from taugrid.server.audit import audited
 
 # Generous for JSON escapes (a \uXXXX per character at worst); the value is checked after.

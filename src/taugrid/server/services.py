@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import getpass
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -40,6 +39,7 @@ from taugrid.errors import (
 )
 from taugrid.executors.local.executor import LocalExecutor
 from taugrid.executors.local.secrets import LocalSecretStore, require_secrets
+from taugrid.osuser import current_user
 from taugrid.sdk.checkpoint import CheckpointInfo
 from taugrid.server.engine import RunEngine
 from taugrid.server.error_answers import safe_message
@@ -55,8 +55,6 @@ from taugrid.store.runs import Row, RunFilter, RunStore, Transition
 from taugrid.store.snapshots import SnapshotRecords
 
 S = RunState
-# Until a request says who calls, the service acts for the machine's owner (engine, tests).
-LOCAL_ADMIN = Caller(getpass.getuser(), admin=True, auth="local")
 LOG_CHUNK = 64 * 1024
 
 
@@ -71,7 +69,9 @@ class RunService:
         secrets: LocalSecretStore,
     ) -> None:
         self.secrets = secrets
-        self.caller = LOCAL_ADMIN  # see for_caller()
+        # Until a request says who calls, the service acts for the machine's owner (engine,
+        # tests); for_caller() gives each request its own.
+        self.caller = Caller(current_user(), admin=True, auth="local")
         self.queueing = queueing
         self.store = store
         self.executor = executor

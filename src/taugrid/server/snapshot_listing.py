@@ -3,7 +3,7 @@
 ``tau diff`` compares two runs' snapshots with it (added, removed, changed files). A
 snapshot is content-addressed and never changes, so a listing is computed once per
 digest (one streaming pass, each file hashed as it is inflated) and kept in a small
-cache. The archive was checked at upload (``executors/local/snapshot.check_archive``:
+cache. The archive was checked at upload (``workdir/snapshot.check_archive``:
 safe members, bounded size and count), so the pass is bounded too.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 
 from taugrid.domain.submit_limits import MAX_SNAPSHOT_MEMBERS
 from taugrid.errors import SnapshotInvalid
-from taugrid.executors.local.snapshot import META_DIR
+from taugrid.workdir.snapshot import META_DIR
 
 CACHED_LISTINGS = 16
 # Entries kept over all cached listings: what one snapshot of the most members holds, so

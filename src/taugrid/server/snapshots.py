@@ -17,7 +17,7 @@ from pathlib import Path
 from taugrid.domain.submit_limits import MAX_SNAPSHOT_BYTES
 from taugrid.errors import SnapshotTooLarge, UsageError
 from taugrid.executors.local.files import fsync_dir
-from taugrid.executors.local.snapshot import check_archive
+from taugrid.workdir.snapshot import check_archive
 
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
 _PART_PREFIX = ".upload-"

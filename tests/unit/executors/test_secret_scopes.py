@@ -9,12 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from taugrid.domain.secret_refs import check_workspace, refuse_value_as_ref
 from taugrid.errors import NotFound, UsageError
 from taugrid.executors.local.secrets import (
     LocalSecretStore,
     SecretScope,
-    check_workspace,
-    refuse_value_as_ref,
     require_secrets,
     secret_files,
     user_on_disk,

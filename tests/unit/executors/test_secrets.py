@@ -10,13 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from taugrid.domain.secret_refs import MAX_VALUE_BYTES, check_ref
 from taugrid.errors import NotFound, UsageError
 from taugrid.executors.local import secrets as secrets_mod
 from taugrid.executors.local.secrets import (
-    MAX_VALUE_BYTES,
     LocalSecretStore,
     SecretScope,
-    check_ref,
     require_secrets,
     secret_files,
 )

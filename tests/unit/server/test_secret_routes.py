@@ -9,8 +9,8 @@ import time
 
 import pytest
 
+from taugrid.domain.secret_refs import MAX_VALUE_BYTES
 from taugrid.errors import RequestTooLarge, UsageError
-from taugrid.executors.local.secrets import MAX_VALUE_BYTES
 from taugrid.server.secret_routes import MAX_BODY_BYTES, value_from
 
 VALUE = "hf_route-secret-value-xyz"

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from taugrid.errors import SnapshotInvalid
-from taugrid.executors.local.snapshot import create_snapshot
 from taugrid.server.snapshot_listing import SnapshotListings, list_members
+from taugrid.workdir.snapshot import create_snapshot
 
 
 def _workdir(root: Path) -> Path:

@@ -12,13 +12,13 @@ The new run records which run it reruns.
 
 from __future__ import annotations
 
-import getpass
 import uuid
 
 import click
 
 from taugrid.cli.connect import connect
 from taugrid.cli.runflags import RunFlags, blamed_on_flags, finish_submit, run_flags
+from taugrid.osuser import current_user
 
 
 @click.command(name="rerun", help=__doc__)
@@ -32,6 +32,6 @@ def command(ctx: click.Context, run: str, flags: RunFlags) -> None:
     record = client.get_run(run)
     # A bad --set (or --name, ...) stops here (SpecError, exit 2): nothing is created.
     with blamed_on_flags(flags):
-        payload = rerun_payload(record, flags.overrides(), getpass.getuser())
+        payload = rerun_payload(record, flags.overrides(), current_user())
     result = client.submit(payload, str(uuid.uuid4()))
     finish_submit(ctx, client, result, flags, note=f" as a rerun of {record['id']}")

@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import getpass
 import os
 import uuid
 from collections.abc import Mapping
@@ -26,6 +25,7 @@ from taugrid.cli.runflags import RunFlags, blamed_on_flags, finish_submit, run_f
 from taugrid.domain.workload_env import submitter_env
 from taugrid.errors import SnapshotTooLarge, SpecError, SpecProblem, UsageError
 from taugrid.home import tau_home
+from taugrid.osuser import current_user
 
 if TYPE_CHECKING:
     from taugrid.spec import LoadedSpec
@@ -106,7 +106,7 @@ def command(
         "resolved": loaded.resolved,
         "spec_hash": loaded.spec_hash,
         "snapshot_digest": digest,
-        "submitter": getpass.getuser(),
+        "submitter": current_user(),
         "env": submitter_env(os.environ),
         "code": code,
         "python_env": python_env,
@@ -149,7 +149,7 @@ def upload_snapshot(
     """Archive the workdir (content-addressed) and upload it for ``workspace``, streamed
     from the archive file, unless the server has it there already. ``progress`` shows
     both on a terminal (taugrid.cli.progress)."""
-    from taugrid.executors.local.snapshot import DEFAULT_MAX_BYTES, create_snapshot
+    from taugrid.workdir.snapshot import DEFAULT_MAX_BYTES, create_snapshot
 
     progress = progress or SubmitProgress(enabled=False)
     limit = int(os.environ.get("TAU_SNAPSHOT_LIMIT", DEFAULT_MAX_BYTES))

@@ -26,14 +26,14 @@ import click
 
 from taugrid.cli.connect import connect, default_workspace
 from taugrid.cli.output import ago, clock, emit_json, output_option, table
-from taugrid.errors import UsageError
-from taugrid.executors.local.secrets import (
+from taugrid.domain.secret_refs import (
     DEFAULT_WORKSPACE,
     check_ref,
     check_value,
     check_workspace,
     refuse_value_as_ref,
 )
+from taugrid.errors import UsageError
 
 NO_VALUE_ARGUMENT = (
     "tau secret set takes no value argument: command lines are visible to every user "

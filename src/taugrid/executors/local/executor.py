@@ -22,8 +22,8 @@ from taugrid.domain.outcomes import AttemptExit
 from taugrid.executors.base import LaunchRequest, Observation
 from taugrid.executors.local import isolation, orphans, process
 from taugrid.executors.local.diskguard import RESERVE_FILE
-from taugrid.executors.local.snapshot import unpack_snapshot
 from taugrid.executors.local.supervisor import CANCEL_FILE
+from taugrid.workdir.snapshot import unpack_snapshot
 
 # A supervisor that has not written its pid this long after launch never started.
 START_DEADLINE_S = 30.0

@@ -11,14 +11,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from taugrid.fsdurable import fsync_dir
 
-def fsync_dir(path: Path) -> None:
-    """Make a rename or create inside ``path`` durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+__all__ = ["fsync_dir", "read_json", "write_json_atomic"]
 
 
 def write_json_atomic(path: Path, data: object) -> None:

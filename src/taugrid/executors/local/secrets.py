@@ -41,24 +41,24 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from taugrid.domain.credentials import credential_shape
+from taugrid.domain.secret_refs import (
+    DEFAULT_WORKSPACE,
+    check_ref,
+    check_value,
+    check_workspace,
+    not_set_message,
+    ref_problem,
+    set_command,
+)
 from taugrid.errors import NotFound, UsageError
 from taugrid.executors.local.files import fsync_dir
 from taugrid.home import tau_home
 
-MAX_REF_LEN = 253
-MAX_VALUE_BYTES = 64 * 1024
 MAX_NAME_ON_DISK = 200  # below NAME_MAX (255) with room for the temp-file prefix
 DIR_MODE = 0o700
 FILE_MODE = 0o600
-DEFAULT_WORKSPACE = "default"
 
-_SEGMENT = r"[A-Za-z0-9_.-]+"
-_REF = re.compile(rf"{_SEGMENT}(?:/{_SEGMENT})*")
 # Workspace names as specs allow them (DNS subdomains): never "." or "..", never "~...".
-_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_WORKSPACE = re.compile(rf"{_LABEL}(\.{_LABEL})*")
-_WORKSPACE_MAX = 253
 _SEP_ON_DISK = "@"  # not in the reference alphabet: the encoding is one-to-one
 _OWN = "~"  # not in the alphabet: names starting with it are never refs
 _TMP_PREFIX = "~tmp."
@@ -66,75 +66,6 @@ _USERS_DIR = "~users"
 _MIGRATING_DIR = "~flat"  # the old flat secrets gathered here, then renamed into place
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_-]")
 _PLAIN_USER = re.compile(rf"[A-Za-z0-9_-]{{1,{MAX_NAME_ON_DISK}}}")
-
-
-def check_ref(ref: str) -> str:
-    """``ref`` if it is a valid secret reference, else :class:`UsageError`.
-
-    The message says what is wrong without repeating the text: a user who typed the
-    value where the reference goes must not see it printed back.
-    """
-    problem = _ref_problem(ref)
-    if problem is not None:
-        raise UsageError(f"invalid secret reference: {problem}")
-    return ref
-
-
-def _ref_problem(ref: object) -> str | None:
-    if not isinstance(ref, str) or not ref:
-        return "must be a non-empty string"
-    if len(ref) > MAX_REF_LEN:
-        return f"at most {MAX_REF_LEN} characters"
-    if ref.startswith("/"):
-        return "must not start with '/'"
-    if ".." in ref:
-        return "must not contain '..'"
-    if not _REF.fullmatch(ref):
-        return "use segments of letters, digits, '_', '.', '-' separated by '/' (e.g. hf/token)"
-    if "." in ref.split("/"):
-        return "a segment cannot be '.'"
-    return None
-
-
-def refuse_value_as_ref(ref: str) -> None:
-    """:class:`UsageError` when a new secret's reference looks like a credential: the
-    value typed where the name goes would be shown by every listing and audit entry."""
-    shape = credential_shape(ref)
-    if shape is not None:
-        raise UsageError(
-            f"the secret reference looks like {shape}, not a name; give a name as REF "
-            "(e.g. hf/token) and the value on stdin or at the prompt"
-        )
-
-
-def check_workspace(workspace: object) -> str:
-    """``workspace`` if it is a valid workspace name (a DNS label), else :class:`UsageError`."""
-    if (
-        not isinstance(workspace, str)
-        or len(workspace) > _WORKSPACE_MAX
-        or not _WORKSPACE.fullmatch(workspace)
-    ):
-        raise UsageError(
-            "invalid workspace name: lowercase letters, digits, '-' and '.', starting and "
-            f"ending with a letter or digit, at most {_WORKSPACE_MAX} characters"
-        )
-    return workspace
-
-
-def check_value(value: object) -> str:
-    """``value`` if it can be stored and put in an environment, else :class:`UsageError`.
-
-    The messages describe the problem, never the value.
-    """
-    if not isinstance(value, str):
-        raise UsageError("a secret value must be a string")
-    if not value:
-        raise UsageError("a secret value cannot be empty")
-    if "\0" in value:
-        raise UsageError("a secret value cannot contain a NUL character")
-    if len(value.encode("utf-8", "surrogateescape")) > MAX_VALUE_BYTES:
-        raise UsageError(f"a secret value is at most {MAX_VALUE_BYTES // 1024} KiB")
-    return value
 
 
 def user_on_disk(user: str) -> str:
@@ -150,17 +81,6 @@ def user_on_disk(user: str) -> str:
     if len(name) > MAX_NAME_ON_DISK:
         return "#" + hashlib.sha256(user.encode("utf-8", "surrogatepass")).hexdigest()
     return name
-
-
-def set_command(ref: str, workspace: str, *, personal: bool = False) -> str:
-    return f"tau secret set {ref} --workspace {workspace}" + (" --personal" if personal else "")
-
-
-def not_set_message(ref: str, workspace: str, *, personal: bool = False) -> str:
-    return (
-        f"secret {ref!r} is not set in workspace {workspace!r}; set it with: "
-        f"{set_command(ref, workspace, personal=personal)}"
-    )
 
 
 @dataclass(frozen=True)
@@ -256,7 +176,7 @@ class LocalSecretStore:
         out = []
         for name in names:
             ref = name.replace(_SEP_ON_DISK, "/")
-            if name.startswith(_OWN) or _ref_problem(ref) is not None:
+            if name.startswith(_OWN) or ref_problem(ref) is not None:
                 continue
             try:
                 st = (where / name).lstat()
@@ -334,7 +254,7 @@ class LocalSecretStore:
                 continue
             if name.startswith(_TMP_PREFIX):
                 os.unlink(self.root / name)  # a write the old server never finished
-            elif _ref_problem(name.replace(_SEP_ON_DISK, "/")) is None:
+            elif ref_problem(name.replace(_SEP_ON_DISK, "/")) is None:
                 flat.append(name)
         if not flat and not staging.is_dir():
             return 0

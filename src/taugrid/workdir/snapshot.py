@@ -26,8 +26,8 @@ from typing import BinaryIO
 
 from taugrid.domain.submit_limits import MAX_SNAPSHOT_BYTES, MAX_SNAPSHOT_MEMBERS
 from taugrid.errors import SnapshotInvalid, SnapshotTooLarge, TauError, UsageError
-from taugrid.executors.local.files import fsync_dir
-from taugrid.executors.local.ignore import IgnorePattern, is_ignored, parse_patterns
+from taugrid.fsdurable import fsync_dir
+from taugrid.workdir.ignore import IgnorePattern, is_ignored, parse_patterns
 
 META_DIR = ".tau-snapshot"
 """Reserved top-level directory of an archive holding TauGrid's own metadata."""

@@ -7,7 +7,7 @@ import tarfile
 from pathlib import Path
 
 from taugrid.cli.commands.get import DOWNLOAD_IGNORE
-from taugrid.executors.local.snapshot import create_snapshot
+from taugrid.workdir.snapshot import create_snapshot
 
 
 def names(archive: Path) -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from taugrid.executors.local.ignore import compile_pattern, is_ignored, parse_patterns
+from taugrid.workdir.ignore import compile_pattern, is_ignored, parse_patterns
 
 
 @pytest.mark.parametrize(

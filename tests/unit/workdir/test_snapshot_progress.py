@@ -7,7 +7,7 @@ import itertools
 import os
 from pathlib import Path
 
-from taugrid.executors.local.snapshot import create_snapshot
+from taugrid.workdir.snapshot import create_snapshot
 
 
 def test_progress_counts_files_and_bytes_up_to_the_totals(tmp_path: Path) -> None:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from taugrid.errors import SnapshotInvalid, SnapshotTooLarge
-from taugrid.executors.local import snapshot
-from taugrid.executors.local.snapshot import check_archive, create_snapshot
+from taugrid.workdir import snapshot
+from taugrid.workdir.snapshot import check_archive, create_snapshot
 
 SECRET = b"file-content-never-shown"
 

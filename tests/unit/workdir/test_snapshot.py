@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from taugrid.errors import SnapshotTooLarge, TauError, UsageError
-from taugrid.executors.local.snapshot import (
+from taugrid.workdir.snapshot import (
     create_snapshot,
     unpack_snapshot,
     verify_archive,
