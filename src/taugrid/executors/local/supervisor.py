@@ -56,6 +56,7 @@ from taugrid.executors.local import (
     sandboxrun,
     statuspush,
 )
+from taugrid.fsdurable import fsync_dir
 
 LAUNCH_FILE = "launch.json"
 STATUS_FILE = "status.json"
@@ -92,15 +93,7 @@ def _write_json_atomic(path: str, data: object, *, durable: bool = True) -> None
             os.fsync(f.fileno())
     os.replace(tmp, path)
     if durable:
-        _fsync_dir(os.path.dirname(path))
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fsync_dir(os.path.dirname(path))
 
 
 def _redirect(fd: int, targets: tuple[int, ...]) -> None:
