@@ -128,8 +128,15 @@ def test_kill_9_mid_burst_loses_nothing_acknowledged(tau: Tau, tmp_path: Path) -
     api = Api(tau)
     template = _template(tau)
     ledger = tmp_path / "ran.txt"
-    ids = [_submit(api, template, f"k{i}", _recording(ledger, "sleep 0.3")) for i in range(40)]
-    # Kill it while runs are in every state: some finished, some running, some queued.
+    # The first ten end by themselves; the others wait for a gate opened only after the
+    # kill, so the kill finds runs in every state (finished, running, queued) however
+    # fast or slow this machine runs them.
+    gate = tmp_path / "gate"
+    held = f"while [ ! -e {gate} ]; do sleep 0.05; done"
+    ids = [
+        _submit(api, template, f"k{i}", _recording(ledger, "sleep 0.3" if i < 10 else held))
+        for i in range(40)
+    ]
     deadline = time.monotonic() + 60
     while True:
         seen = {rid: api.run(rid) for rid in ids}
@@ -140,6 +147,7 @@ def test_kill_9_mid_burst_loses_nothing_acknowledged(tau: Tau, tmp_path: Path) -
         time.sleep(0.05)
     tau.kill_server()
     tau.start_server()
+    gate.touch()
     api = Api(tau)
     runs = _wait_all(api, ids)
     _assert_ran_once_in_order(runs, ledger)
