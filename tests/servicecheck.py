@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 
 import pytest
 
@@ -22,3 +23,10 @@ def require_service(available: bool, why: str) -> None:
 
 def require_module(name: str, why: str) -> None:
     require_service(importlib.util.find_spec(name) is not None, why)
+
+
+SANDBOX = "bubblewrap (bwrap) is needed for a shared server's sandbox"
+
+
+def require_bwrap(why: str = SANDBOX) -> None:
+    require_service(shutil.which("bwrap") is not None, why)

@@ -4,7 +4,6 @@ cannot drift from what works."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -15,6 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from leftovers import kill_leftover_supervisors
 
 ROOT = Path(__file__).resolve().parents[2]
 SECTION = "## A 5-minute tour"
@@ -94,17 +95,4 @@ def test_every_tour_command_runs_as_written(tmp_path: Path) -> None:
         info = tmp_path / "home" / "server.json"
         if info.exists():
             os.kill(json.loads(info.read_text())["pid"], signal.SIGTERM)
-        _kill_leftovers(tmp_path / "home")
-
-
-def _kill_leftovers(home: Path) -> None:
-    """A failed tour must not leave its workloads running (the sleep, the train.py)."""
-    for adir in home.glob("runs/*/attempts/*"):
-        try:
-            status = json.loads((adir / "status.json").read_text())
-            if status.get("phase") == "running":
-                os.killpg(int(status["pgid"]), signal.SIGKILL)
-        except (OSError, ValueError, KeyError):
-            pass
-        with contextlib.suppress(OSError, ValueError):
-            os.kill(int((adir / "supervisor.pid").read_text().strip()), signal.SIGKILL)
+        kill_leftover_supervisors(tmp_path / "home")

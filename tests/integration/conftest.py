@@ -8,7 +8,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tauproc import Tau, kill_leftover_supervisors, wait_gone
+from tauproc import Tau, wait_gone
+
+from leftovers import kill_leftover_supervisors
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -108,19 +107,6 @@ def wait_gone(pid: int, timeout: float = 10) -> None:
             return
         time.sleep(0.02)
     raise AssertionError(f"pid {pid} still alive")
-
-
-def kill_leftover_supervisors(home: Path) -> None:
-    """A failed test must not leave workloads behind for the next one."""
-    for adir in home.glob("runs/*/attempts/*"):
-        try:
-            status = json.loads((adir / "status.json").read_text())
-            if status.get("phase") == "running":
-                os.killpg(int(status["pgid"]), signal.SIGKILL)
-        except (OSError, ValueError, KeyError):
-            pass
-        with contextlib.suppress(OSError, ValueError):
-            os.kill(int((adir / "supervisor.pid").read_text().strip()), signal.SIGKILL)
 
 
 def write_spec(dirpath: Path, text: str, name: str = "tau.yaml") -> Path:

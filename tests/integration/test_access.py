@@ -4,7 +4,6 @@ role, token lifecycle, the audit log and rate limiting, against the real server.
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 import time
 import uuid
@@ -15,9 +14,8 @@ import httpx
 import pytest
 from tauproc import Tau, write_spec
 
-from servicecheck import require_service
+from servicecheck import require_bwrap
 
-WHY_BWRAP = "bubblewrap (bwrap) is needed for a shared server's sandbox"
 POLICY = """\
 flavors:
   - name: cpu
@@ -47,7 +45,7 @@ MEMBERS = {
 class World:
     def __init__(self, tau: Tau) -> None:
         self.tau = tau
-        require_service(shutil.which("bwrap") is not None, WHY_BWRAP)
+        require_bwrap()
         info = tau.start_server("--shared")
         self.url = f"{info['url']}/api/v1"
         self.admin_token = (tau.home / "admin-token").read_text().strip()

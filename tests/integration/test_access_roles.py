@@ -4,7 +4,6 @@ token, and X-Forwarded-For counts only from a trusted proxy. Real server, real C
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +13,7 @@ import httpx
 import pytest
 from tauproc import Tau, write_spec
 
-from servicecheck import require_service
+from servicecheck import require_bwrap
 
 POLICY = """\
 flavors:
@@ -52,10 +51,7 @@ class Lab:
     """A shared server with workspaces a and b and a user per role."""
 
     def __init__(self, tau: Tau, *start_args: str) -> None:
-        require_service(
-            shutil.which("bwrap") is not None,
-            "bubblewrap (bwrap) is needed for a shared server's sandbox",
-        )
+        require_bwrap()
         self.tau = tau
         info = tau.start_server("--shared", *start_args)
         self.base = str(info["url"])

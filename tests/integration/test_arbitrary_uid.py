@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
 
-from servicecheck import require_service
+from servicecheck import require_bwrap
 
 WHY = "bubblewrap (bwrap) is needed to run the server as a uid without a passwd entry"
 UID = 12345
@@ -29,7 +28,7 @@ def _as_uid_without_a_name(argv: list[str], **kw: object) -> subprocess.Popen[by
 
 
 def test_the_uid_has_no_name_so_the_test_means_something() -> None:
-    require_service(shutil.which("bwrap") is not None, WHY)
+    require_bwrap(WHY)
     probe = _as_uid_without_a_name(
         [sys.executable, "-c", "import getpass; getpass.getuser()"], stderr=subprocess.PIPE
     )
@@ -38,7 +37,7 @@ def test_the_uid_has_no_name_so_the_test_means_something() -> None:
 
 
 def test_the_server_starts_and_answers_as_a_uid_without_a_passwd_entry(tmp_path: Path) -> None:
-    require_service(shutil.which("bwrap") is not None, WHY)
+    require_bwrap(WHY)
     home = tmp_path / "home"
     log = (tmp_path / "server.log").open("wb")
     server = _as_uid_without_a_name(

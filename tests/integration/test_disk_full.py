@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tauproc import Tau, kill_leftover_supervisors, wait_gone
+from tauproc import Tau, wait_gone
 
+from leftovers import kill_leftover_supervisors
 from servicecheck import require_service
 
 PY = sys.executable

@@ -5,7 +5,6 @@ private, and what an older version left open is tightened at start."""
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 import subprocess
 import sys
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 from tauproc import Tau, write_spec
 
-from servicecheck import require_service
+from servicecheck import require_bwrap
 
 WHY_BWRAP = "bubblewrap (bwrap) is needed for the workload sandbox"
 
@@ -88,7 +87,7 @@ def _open_files(home: Path) -> list[str]:
 @pytest.mark.parametrize("isolation", ["none", "sandbox"])
 def test_everything_under_tau_home_is_private_after_a_run(tau: Tau, isolation: str) -> None:
     if isolation == "sandbox":
-        require_service(shutil.which("bwrap") is not None, WHY_BWRAP)
+        require_bwrap(WHY_BWRAP)
     tau.start_server("--isolation", isolation)
     work = tau.cwd / "job"
     write_spec(

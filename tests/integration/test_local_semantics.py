@@ -9,7 +9,6 @@ import hashlib
 import io
 import json
 import os
-import shutil
 import sys
 import tarfile
 import time
@@ -20,7 +19,7 @@ import httpx
 from ruamel.yaml import YAML
 from tauproc import Tau, write_spec
 
-from servicecheck import require_service
+from servicecheck import require_bwrap
 from taugrid.executors.local.gpus import NvmlGpus
 
 PY = sys.executable
@@ -333,10 +332,7 @@ def test_server_start_passes_the_disk_settings_through(tau: Tau) -> None:
 
 
 def test_snapshot_listings_and_checks_need_the_rights_that_runs_need(tau: Tau) -> None:
-    require_service(
-        shutil.which("bwrap") is not None,
-        "bubblewrap (bwrap) is needed for a shared server's sandbox",
-    )
+    require_bwrap()
     url = tau.start_server("--shared")["url"]
     tokens = {"admin": (tau.home / "admin-token").read_text().strip()}
 

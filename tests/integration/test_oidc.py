@@ -4,7 +4,6 @@ session cookie, and the refusals (state mismatch, unknown device code, OIDC off)
 from __future__ import annotations
 
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -17,9 +16,8 @@ import httpx
 import pytest
 from tauproc import TAU, Tau
 
-from servicecheck import require_module, require_service
+from servicecheck import require_bwrap, require_module, require_service
 
-WHY_BWRAP = "bubblewrap (bwrap) is needed for a shared server's sandbox"
 ALICE = {"email": "alice@example.org", "groups": ["tau:a:researcher", "tau:nowhere:admin"]}
 
 
@@ -71,7 +69,7 @@ def issuer() -> Iterator[str]:
 class Lab:
     def __init__(self, tau: Tau, issuer: str, tmp_path: Path) -> None:
         secret = tmp_path / "oidc-secret"
-        require_service(shutil.which("bwrap") is not None, WHY_BWRAP)
+        require_bwrap()
         secret.write_text("s3cret\n")
         secret.chmod(0o600)
         info = tau.start_server(
@@ -242,7 +240,7 @@ def test_device_token_errors(lab: Lab) -> None:
 
 
 def test_oidc_not_configured(tau: Tau) -> None:
-    require_service(shutil.which("bwrap") is not None, WHY_BWRAP)
+    require_bwrap()
     url = tau.start_server("--shared")["url"]
     for method, path in (
         ("POST", "/api/v1/auth/device"),

@@ -4,7 +4,6 @@ real CLI."""
 
 from __future__ import annotations
 
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -13,7 +12,7 @@ from typing import Any
 import httpx
 from tauproc import Tau, write_spec
 
-from servicecheck import require_service
+from servicecheck import require_bwrap
 
 PY = sys.executable
 
@@ -91,10 +90,7 @@ class SharedLab:
     """A shared server: workspaces a and b feeding one queue, a researcher in each."""
 
     def __init__(self, tau: Tau) -> None:
-        require_service(
-            shutil.which("bwrap") is not None,
-            "bubblewrap (bwrap) is needed for a shared server's sandbox",
-        )
+        require_bwrap()
         self.tau = tau
         self.base = str(tau.start_server("--shared")["url"])
         self.tokens = {"admin": (tau.home / "admin-token").read_text().strip()}

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 import uuid
 from pathlib import Path
@@ -24,9 +23,8 @@ import pytest
 from tauproc import Tau, write_spec
 
 import taugrid
-from servicecheck import require_service
+from servicecheck import require_bwrap
 
-WHY_BWRAP = "bubblewrap (bwrap) is needed for a shared server's sandbox"
 POLICY = """\
 flavors:
   - name: cpu
@@ -187,7 +185,7 @@ def _run(tau: Tau, cwd: Path, **env: str) -> str:
 
 @pytest.fixture
 def shared_server(tau: Tau) -> dict[str, Any]:
-    require_service(shutil.which("bwrap") is not None, WHY_BWRAP)
+    require_bwrap()
     info = tau.start_server("--shared")
     admin_token = (tau.home / "admin-token").read_text().strip()
     with httpx.Client(

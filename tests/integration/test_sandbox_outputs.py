@@ -4,20 +4,19 @@ own identity and view. Before, the supervisor copied them itself, following the 
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 from tauproc import Tau, write_spec
 
-from servicecheck import require_service
+from servicecheck import require_bwrap
 
 WHY_BWRAP = "bubblewrap (bwrap) is needed for the workload sandbox"
 
 
 @pytest.fixture
 def sandboxed(tau: Tau) -> Tau:
-    require_service(shutil.which("bwrap") is not None, WHY_BWRAP)
+    require_bwrap(WHY_BWRAP)
     tau.start_server("--isolation", "sandbox")
     return tau
 

@@ -4,7 +4,6 @@ reaches the workload (not just bubblewrap, which would take the sandbox down at 
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -12,7 +11,7 @@ from typing import Any
 import pytest
 from tauproc import Tau, write_spec
 
-from servicecheck import require_service
+from servicecheck import require_bwrap
 
 WHY_BWRAP = "bubblewrap (bwrap) is needed for the workload sandbox"
 TRAPS = (
@@ -24,7 +23,7 @@ IGNORES = "trap '' TERM; echo ready; while :; do sleep 0.1; done"
 
 @pytest.fixture
 def sandboxed(tau: Tau) -> Iterator[Tau]:
-    require_service(shutil.which("bwrap") is not None, WHY_BWRAP)
+    require_bwrap(WHY_BWRAP)
     tau.start_server("--isolation", "sandbox")
     yield tau
 

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tauproc import Tau, kill_leftover_supervisors
+from tauproc import Tau
 
+from leftovers import kill_leftover_supervisors
 from taugrid.cli.client import Client
 from taugrid.errors import NotFound, UsageError
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import sys
 import uuid
 from collections.abc import Iterator
@@ -17,7 +16,7 @@ import httpx
 import pytest
 from tauproc import Tau, write_spec
 
-from servicecheck import require_service
+from servicecheck import require_bwrap
 
 POLICY = """\
 flavors:
@@ -60,10 +59,7 @@ def digest_line(value: str) -> str:
 
 
 def need_sandbox() -> None:
-    require_service(
-        shutil.which("bwrap") is not None,
-        "bubblewrap (bwrap) is needed for a shared server's sandbox",
-    )
+    require_bwrap()
 
 
 class World:

@@ -4,17 +4,13 @@ plain `tau server start`) would run them as the server's own user."""
 
 from __future__ import annotations
 
-import shutil
-
 from tauproc import Tau, write_spec
 
-from servicecheck import require_service
-
-WHY_BWRAP = "bubblewrap (bwrap) is needed for a shared server's sandbox"
+from servicecheck import require_bwrap
 
 
 def test_a_shared_home_refuses_a_local_server(tau: Tau) -> None:
-    require_service(shutil.which("bwrap") is not None, WHY_BWRAP)
+    require_bwrap()
     tau.start_server("--shared")
     write_spec(tau.cwd, "name: queued\ncommand: [sleep, '1']\n")
     tau.stop_server()

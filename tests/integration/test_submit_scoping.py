@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import shutil
 import tarfile
 import uuid
 from collections.abc import Iterator
@@ -15,7 +14,7 @@ import httpx
 import pytest
 from tauproc import Tau
 
-from servicecheck import require_service
+from servicecheck import require_bwrap
 from taugrid.domain.fingerprint import spec_hash
 
 POLICY = """\
@@ -55,10 +54,7 @@ def _archive(text: bytes) -> tuple[str, bytes]:
 
 class Shared:
     def __init__(self, tau: Tau) -> None:
-        require_service(
-            shutil.which("bwrap") is not None,
-            "bubblewrap (bwrap) is needed for a shared server's sandbox",
-        )
+        require_bwrap()
         self.tau = tau
         info = tau.start_server("--shared")
         self.url = info["url"]
