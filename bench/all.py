@@ -26,6 +26,7 @@ BENCHMARKS = (
     "isolation",
     "scheduler_decision",
     "scheduler_kueue_baseline",
+    "engine_pass",
 )
 
 

@@ -142,7 +142,7 @@ def test_an_unexpected_failure_is_a_json_500_and_logged(tmp_path: Path) -> None:
     # No request can make a route fail unexpectedly on purpose (that would be a bug to
     # fix): the real server runs with one route's helper raising, as a bug would.
     prelude = (
-        "import taugrid.server.routes as r\n"
+        "import taugrid.server.views as r\n"
         "def broken(svc):\n"
         f"    raise RuntimeError('exploded while holding {MARK}')\n"
         "r.queue_report = broken\n"

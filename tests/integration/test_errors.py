@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import socket
 
+import httpx
 from tauproc import Tau, write_spec
+
+from taugrid import __version__
+from taugrid.spec.modes import LOCAL
 
 
 def _run_count(tau: Tau) -> int:
@@ -47,6 +52,36 @@ def test_validate_reports_every_problem_and_inactive_fields(tau: Tau) -> None:
     ok = tau("validate", "ok.yaml", check=True)
     assert "valid" in ok.stdout and "image" in ok.stdout
     assert not (tau.home / "server.json").exists()  # validate never needs a server
+
+
+def test_validate_and_run_refuse_in_the_words_of_the_servers_mode(tau: Tau) -> None:
+    write_spec(tau.cwd, "name: multi\ncommand: echo\nnodes: 2\nimage: x/y:1\n")
+    said = "tau: nodes: 2: local mode runs on one machine; multi-node runs need the Kubernetes"
+    offline = tau("validate")  # no server: the local context is local mode
+    assert offline.returncode == 2 and offline.stderr.startswith(said), offline.stderr
+    assert offline.stderr.count("\n") == 1 and not (tau.home / "server.json").exists()
+    far = tau("validate", TAU_SERVER_URL="http://127.0.0.1:1", TAU_TOKEN="x")
+    assert far.returncode == 0 and "note: mode not checked" in far.stdout, far.stdout
+
+    url = tau.start_server()["url"]
+    answer = httpx.get(f"{url}/api/v1/server", headers={"Authorization": f"Bearer {tau.token()}"})
+    assert answer.json() == {
+        "mode": "local",
+        "capabilities": LOCAL.to_dict(),
+        "version": __version__,
+    }
+    assert httpx.get(f"{url}/api/v1/server").status_code == 401
+    online = tau("validate")  # asks the running server
+    refused = json.loads(tau("validate", "-o", "json").stdout)
+    run = tau("run")  # the server's own refusal, from POST /runs/check
+    assert run.returncode == online.returncode == 2
+    assert run.stderr == online.stderr == offline.stderr
+    assert refused["valid"] is False and refused["mode"] == "local"
+    assert [f"tau: {m}\n" for m in refused["refused"]] == [run.stderr]
+    write_spec(tau.cwd, "name: one\ncommand: echo\nimage: x/y:1\n", "one.yaml")
+    ok = tau("run", "one.yaml", check=True)  # the notes come from the check's answer
+    assert "note: image: x/y:1 has no effect in local mode" in ok.stderr
+    assert _run_count(tau) == 1
 
 
 def test_snapshot_too_large_names_biggest_paths(tau: Tau) -> None:

@@ -21,6 +21,7 @@ from tauproc import Tau, write_spec
 
 from servicecheck import require_bwrap
 from taugrid.executors.local.gpus import NvmlGpus
+from taugrid.spec.modes import LOCAL
 
 PY = sys.executable
 
@@ -385,6 +386,7 @@ def _check_rights(api: Callable[[str], httpx.Client], tokens: dict[str, str]) ->
         "queue": "default",
         "cluster_queue": "default",
         "priority": "normal",
+        "capabilities": LOCAL.to_dict(),  # what the mode accepts: tau run's notes
     }
     assert api("view").post("/runs/check", json=body).status_code == 403
     hidden = api("out").post("/runs/check", json=body)

@@ -6,6 +6,7 @@ import signal
 from dataclasses import dataclass
 
 from taugrid.domain.states import Reason, RunState
+from taugrid.domain.stops import StopReason
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,9 @@ class AttemptExit:
     # A sentence from the executor about how it ended (the disk figures, leftover
     # processes stopped after the supervisor vanished); None when there is nothing to add.
     detail: str | None = None
+    # Why the executor stopped it, as it was told (outcome "cancelled"); None when it
+    # ended by itself or the executor cannot say.
+    stop_reason: StopReason | None = None
 
 
 @dataclass(frozen=True)

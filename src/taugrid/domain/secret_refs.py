@@ -106,3 +106,20 @@ def not_set_message(ref: str, workspace: str, *, personal: bool = False) -> str:
         f"secret {ref!r} is not set in workspace {workspace!r}; set it with: "
         f"{set_command(ref, workspace, personal=personal)}"
     )
+
+
+def missing_secrets_error(
+    missing: list[str], workspace: str, *, personal: bool = False
+) -> UsageError | None:
+    """The submit-time error naming every reference that resolves to nothing for a run of
+    ``workspace``, with the commands that set them (``--personal`` ones when
+    ``personal``: the submitter may not set workspace secrets); None when none is."""
+    if not missing:
+        return None
+    if len(missing) == 1:
+        return UsageError(not_set_message(missing[0], workspace, personal=personal))
+    commands = "; ".join(set_command(ref, workspace, personal=personal) for ref in missing)
+    names = ", ".join(repr(ref) for ref in missing)
+    return UsageError(
+        f"secrets {names} are not set in workspace {workspace!r}; set them with: {commands}"
+    )

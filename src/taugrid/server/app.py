@@ -7,6 +7,7 @@ import logging
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 
 from fastapi import Depends, FastAPI, Request
@@ -16,17 +17,27 @@ from starlette.concurrency import run_in_threadpool
 
 from taugrid import __version__
 from taugrid.errors import Conflict, DiskFull, TauError
+from taugrid.executors.local.artifacts import LocalArtifactStore
 from taugrid.executors.local.executor import LocalExecutor
-from taugrid.executors.local.gpus import machine_cpus_millis, machine_memory_bytes, probe_gpus
+from taugrid.executors.local.gpus import (
+    LocalDeviceInventory,
+    machine_cpus_millis,
+    machine_memory_bytes,
+    probe_gpus,
+)
+from taugrid.executors.local.logs import LocalLogSource
 from taugrid.executors.local.secrets import LocalSecretStore
 from taugrid.home import server_info_path, token_path
 from taugrid.server import error_answers
 from taugrid.server.access_routes import router as access_router
+from taugrid.server.admission import InternalAdmission
 from taugrid.server.auth import Authenticator, ensure_token
 from taugrid.server.check_routes import router as check_router
 from taugrid.server.client_address import parse_trusted_proxies, request_source
 from taugrid.server.diskspace import DiskSpace, is_disk_full, parse_headroom
 from taugrid.server.engine import RunEngine
+from taugrid.server.identity_service import IdentityService
+from taugrid.server.info_routes import router as info_router
 from taugrid.server.oidc import SESSION_COOKIE, oidc_login
 from taugrid.server.oidc_routes import router as oidc_router
 from taugrid.server.queueing import Machine, Queueing
@@ -57,52 +68,54 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
         token = ensure_token(token_path(home))
         db = connect(settings.db_url)
         store = RunStore(db)
-        machine = Machine(
-            tuple(probe_gpus(settings.gpus)), machine_cpus_millis(), machine_memory_bytes()
-        )
         identity = IdentityStore(db)
+        local = _local_adapters(settings, public_url)
+        machine = Machine(
+            tuple(local.devices.devices()), machine_cpus_millis(), machine_memory_bytes()
+        )
 
         def workspace_names() -> list[str]:
             # One notion of workspace: the built-in policy gives each known one its queue.
             return [w["name"] for w in identity.workspaces()]
 
-        queueing = Queueing(PolicyStore(db), machine, workspace_names)
-        notify = f"{public_url}/api/v1/internal/attempt-status" if public_url else None
-        executor = LocalExecutor(
-            settings.runs_dir,
-            notify_url=notify,
-            token_file=token_path(home),
-            sandbox=sandbox_policy(settings),  # None: workloads run as the server's user
-        )
+        queueing = Queueing(PolicyStore(db), machine, workspace_names, local.devices)
         # Headroom for new work and a reserve for state changes (server/diskspace.py).
         disk = app.state.disk = DiskSpace(home, parse_headroom(settings.min_free_disk))
         disk.maintain()
         engine = RunEngine(
             store,
-            executor,
-            queueing,
-            snapshots_dir=settings.snapshots_dir,
+            local.executor,
+            InternalAdmission(queueing, store.gpus_in_use, disk),  # local mode decides
+            artifacts=local.artifacts,
+            secrets=local.secrets,
+            devices=local.devices,
             poll_interval_s=settings.poll_interval_s,
             retention_s=settings.retention_s,
-            secrets_dir=home / "secrets",
             disk=disk,
             run_disk_limit_bytes=(
                 quantity_bytes(settings.run_disk_limit) if settings.run_disk_limit else None
             ),
         )
-        secrets = LocalSecretStore(home / "secrets")
-        if moved := secrets.migrate_flat_layout():  # secrets of before workspaces
-            log.info("moved %d secrets of the flat layout into workspace 'default'", moved)
         if settings.shared:
             bootstrap_admin(identity, home)
         app.state.token = token
+        # What the mode accepts (spec/modes.py): GET /api/v1/server and every submit.
+        caps = app.state.capabilities = local.executor.capabilities
         app.state.identity = identity
         app.state.auth = Authenticator(token, identity)
         app.state.oidc = oidc_login(settings, identity)  # None: OIDC routes answer 404
-        app.state.secrets = secrets
+        app.state.secrets = local.secrets
         app.state.service = RunService(
-            store, executor, engine, queueing, settings.snapshots_dir, secrets
+            store,
+            engine,
+            queueing,
+            settings.snapshots_dir,
+            secrets=local.secrets,
+            artifacts=local.artifacts,
+            logs=local.logs,
+            capabilities=caps,
         )
+        app.state.identity_service = IdentityService(identity, store, queueing)
         engine.step()  # re-adopt or finalise runs left by a previous server before serving
         engine.start()
         if public_url:
@@ -160,6 +173,7 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
     app.include_router(access_router, dependencies=[Depends(require_token)])
     app.include_router(secret_router, dependencies=[Depends(require_token)])
     app.include_router(check_router, dependencies=[Depends(require_token)])
+    app.include_router(info_router, dependencies=[Depends(require_token)])
     app.include_router(oidc_router, dependencies=[Depends(bounded_json)])  # login: no token yet
     return app
 
@@ -182,6 +196,38 @@ async def require_token(request: Request) -> None:
         caller = await run_in_threadpool(auth.caller, header, source)
     request.state.caller = caller
     await bounded_json(request)
+
+
+@dataclass(frozen=True)
+class LocalAdapters:
+    """The ports' local implementations (``taugrid.executors.local``). This module is the
+    one place that builds them (import-linter keeps it so); a cluster mode builds its
+    own set behind the same ports."""
+
+    executor: LocalExecutor
+    artifacts: LocalArtifactStore
+    logs: LocalLogSource
+    secrets: LocalSecretStore
+    devices: LocalDeviceInventory
+
+
+def _local_adapters(settings: ServerSettings, public_url: str | None) -> LocalAdapters:
+    home = settings.home
+    notify = f"{public_url}/api/v1/internal/attempt-status" if public_url else None
+    executor = LocalExecutor(
+        settings.runs_dir,
+        snapshots_dir=settings.snapshots_dir,
+        notify_url=notify,
+        token_file=token_path(home),
+        sandbox=sandbox_policy(settings),  # None: workloads run as the server's user
+    )
+    artifacts = LocalArtifactStore(executor)
+    artifacts.look_for_leftovers()  # workdirs a previous server set aside, in the background
+    secrets = LocalSecretStore(home / "secrets")
+    if moved := secrets.migrate_flat_layout():  # secrets of before workspaces
+        log.info("moved %d secrets of the flat layout into workspace 'default'", moved)
+    devices = LocalDeviceInventory(probe_gpus(settings.gpus))
+    return LocalAdapters(executor, artifacts, LocalLogSource(executor), secrets, devices)
 
 
 def bootstrap_admin(identity: IdentityStore, home: Path) -> None:

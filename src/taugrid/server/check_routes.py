@@ -10,7 +10,8 @@ from pydantic import BaseModel, Field
 
 from taugrid.domain.submit_limits import MAX_SUBMIT_BODY_BYTES
 from taugrid.server.bodylimit import limited_route
-from taugrid.server.schemas import SubmitRequest
+from taugrid.server.info_routes import capabilities_out
+from taugrid.server.schemas import CapabilitiesOut, SubmitRequest
 from taugrid.server.services import RunService
 
 router = APIRouter(prefix="/api/v1")
@@ -47,6 +48,9 @@ class CheckResult(BaseModel):
     queue: str = Field(description="The queue used: the spec's, else the workspace's default.")
     cluster_queue: str
     priority: str
+    capabilities: CapabilitiesOut = Field(
+        description="What the server's mode accepts, as GET /server answers (the CLI's notes)."
+    )
 
 
 class SnapshotMember(BaseModel):
@@ -68,7 +72,8 @@ def check_submission(body: CheckRequest, request: Request) -> CheckResult:
     priority, fit, secrets, ``rerun_of``, disk headroom), with the submit's errors;
     nothing is recorded. ``POST /runs`` checks everything again."""
     req = SubmitRequest(**body.model_dump(), snapshot_digest=_NO_SNAPSHOT)
-    return CheckResult(**_svc(request).check(req))
+    svc = _svc(request)
+    return CheckResult(**svc.check(req), capabilities=capabilities_out(svc.capabilities))
 
 
 @router.get("/runs/{ref}/snapshot", response_model=SnapshotListing)

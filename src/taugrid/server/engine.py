@@ -1,40 +1,55 @@
-"""The control loop: observe executors → decide (pure functions in domain) → act.
+"""The control loop: observe → decide (pure functions in ``domain``) → apply.
 
 One thread owns every transition after submission, so the order of events for a run is
-the order things happened. API handlers only record requests (submit, cancel) and wake
-the loop. On start the first pass re-adopts live supervisors and finalises runs whose
-process ended while the server was down.
+the order things happened. API handlers only record requests (submit, cancel, a stop)
+and wake the loop. Each pass gathers the facts of the active runs, asks the executor
+what it observes of their attempts (``observe_many``), gets a ``Decision`` per run from
+``domain.lifecycle`` and applies it: the transitions in one commit, then the effects
+(launch, stop, tidy), each idempotent. Admission is the strategy's (``admission.py``);
+launches run on their own thread (``attempt_starts.py``). On start the first pass
+re-adopts live attempts and finalises those that ended while the server was down.
+
+The engine sees only ports (``taugrid.ports``): which executor, artifact store and
+secret store it drives is decided by the composition root, ``server/app.py``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
-from typing import Any
 
-from taugrid.domain.outcomes import AttemptExit, Verdict, classify_exit
-from taugrid.domain.restarts import (
-    FailureClass,
-    RestartPolicy,
-    decide_restart,
-    failure_class,
-    requeue_after_preemption,
+from taugrid.domain.lifecycle import (
+    AttemptFacts,
+    Decision,
+    Observation,
+    Phase,
+    Step,
+    on_admitted,
+    on_observation,
+    on_restart_due,
+    on_start_failed,
+    stop_to_send,
+    stopped_before_launch,
 )
-from taugrid.domain.scheduling import Overlaid, Pending
-from taugrid.domain.scheduling_state import Scheduler
-from taugrid.domain.states import Reason, RunState
-from taugrid.executors.base import Observation
-from taugrid.executors.local.executor import LocalExecutor
-from taugrid.executors.local.secrets import LocalSecretStore
-from taugrid.server.diskspace import DiskSpace, full_message, is_disk_full, run_disk_limit
+from taugrid.domain.restarts import RestartPolicy
+from taugrid.domain.scheduling import Pending
+from taugrid.domain.states import RunState
+from taugrid.domain.stops import StopReason, StopRequest, parse_stop_reason
+from taugrid.ports.artifacts import ArtifactStore
+from taugrid.ports.devices import DeviceInventory
+from taugrid.ports.executor import AttemptKey, Executor
+from taugrid.ports.secrets import SecretStore
+from taugrid.server.admission import AdmissionStrategy
+from taugrid.server.attempt_starts import AttemptStarter
+from taugrid.server.changes import RunChanges
+from taugrid.server.diskspace import DiskSpace, is_disk_full
 from taugrid.server.housekeeping import Housekeeping
-from taugrid.server.launching import AttemptLauncher, restart_policy_of
-from taugrid.server.queueing import Queueing
-from taugrid.server.run_files import MetricsTracker, RunFiles
+from taugrid.server.launching import restart_policy_of
+from taugrid.server.run_files import MetricsTracker
 from taugrid.store.runs import Move, Row, RunStore, Transition
 
 log = logging.getLogger("taugrid.engine")
@@ -55,58 +70,63 @@ class RunEngine:
     def __init__(
         self,
         store: RunStore,
-        executor: LocalExecutor,
-        queueing: Queueing,
+        executor: Executor,
+        admission: AdmissionStrategy,
         *,
-        snapshots_dir: Path,
+        artifacts: ArtifactStore,
+        secrets: SecretStore,
+        devices: DeviceInventory | None = None,
         poll_interval_s: float = 0.5,
         retention_s: float | None = None,
-        secrets_dir: Path | None = None,
         disk: DiskSpace | None = None,
         run_disk_limit_bytes: int | None = None,
         clock: Callable[[], float] = time.time,
+        starts_inline: bool = False,
     ) -> None:
         self.store = store
         self.executor = executor
-        self.queueing = queueing
-        self.files = RunFiles(executor)
-        self.metrics = MetricsTracker(executor)
-        self.launcher = AttemptLauncher(
-            store, executor, self.files, snapshots_dir, LocalSecretStore(secrets_dir)
+        self.admission = admission
+        self.artifacts = artifacts
+        self.devices = devices
+        self.metrics = MetricsTracker(artifacts)
+        self.starter = AttemptStarter(
+            store,
+            executor,
+            artifacts,
+            secrets,
+            run_disk_limit_bytes=run_disk_limit_bytes,
+            on_done=lambda: self.wake(reschedule=False),
+            inline=starts_inline,
         )
-        self.housekeeping = Housekeeping(store, executor, retention_s, clock)
-        # The last scheduling pass's explanation for every queued run (position, reason);
-        # derived state, recomputed on each pass, so it needs no storage. Each is written
-        # when first read (the scheduler's Explanations); the pass replaces the mapping.
+        self.housekeeping = Housekeeping(store, artifacts, retention_s, clock)
+        # The last admission cycle's explanation for every queued run (position, reason);
+        # derived state, recomputed on each cycle, so it needs no storage.
         self.pending: Mapping[str, Pending] = {}
-        self._scheduler = Scheduler()  # kept between passes: a pass costs what changed
-        self._preempt_messages: dict[str, str] = {}
-        self._preemptors: dict[str, str] = {}  # victim -> the run it makes room for
+        self.changes = RunChanges()  # woken after each commit with the runs that moved
         self._dirty = True
         self._scheduled_at = 0.0
+        self._devices_seen = devices.version if devices is not None else 0
         # Reconciling every active run costs a few file reads and /proc looks each; a pass
-        # woken by supervisors' pushes reconciles only the runs that pushed, and every
+        # woken by the executor's pushes reconciles only the runs that pushed, and every
         # active run is looked at on any other wake-up and at least every poll interval.
         self._full_wanted = True
         self._reconciled_all_at = 0.0
         self._reported: set[str] = set()
         self._reported_lock = threading.Lock()
-        self.snapshots_dir = snapshots_dir
         self.poll_interval_s = poll_interval_s
         self.clock = clock
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._cancels_sent: set[tuple[str, int]] = set()
-        self._lost_noted: set[tuple[str, int]] = set()  # SupervisorLost events written
+        self._stops_sent: set[AttemptKey] = set()
+        self._lost_noted: set[AttemptKey] = set()  # SupervisorLost events written
         self._failing: set[str] = set()  # runs whose step raised (logged once each)
         # This pass's transitions, committed together (RunStore.transition_many).
         self._queued: list[_Queued] = []
         self._moved = 0  # transitions this pass wrote (a pass that wrote none rests longer)
-        # Each launched run's restart policy (from its spec), so that finishing an
+        # Each launched run's restart policy (from its spec), so that deciding about an
         # attempt needs no read of the full row; filled again from the row after a restart.
         self._restart_policies: dict[str, RestartPolicy] = {}
         self.disk = disk
-        self.run_disk_limit_bytes = run_disk_limit_bytes  # when resources.disk is not set
         self._thread: threading.Thread | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -119,6 +139,7 @@ class RunEngine:
         self._wake.set()
         if self._thread:
             self._thread.join(timeout=10)
+        self.starter.close()
 
     def wake(self, *, reschedule: bool = True) -> None:
         """Run a pass soon. ``reschedule=False`` only needs the executor reconciled; a
@@ -128,17 +149,30 @@ class RunEngine:
         self._full_wanted = True
         self._wake.set()
 
-    def attempt_reported(self, attempt_dir: str) -> None:
-        """A supervisor pushed a status change: reconcile its run in a pass soon (only
-        it, when nothing else asks for more). The push says which attempt; what it
-        reports is read from the attempt's files, the truth, not from the push."""
-        found = self.executor.attempt_of(attempt_dir)
+    def attempt_reported(self, report: str) -> None:
+        """The executor's side pushed a status change: reconcile its run in a pass soon
+        (only it, when nothing else asks for more). The push says which attempt; what it
+        reports is what the executor observes, the truth, not the push."""
+        found = self.executor.attempt_of(report)
         if found is None:
             self.wake(reschedule=False)
             return
         with self._reported_lock:
-            self._reported.add(found[0])
+            self._reported.add(found.run_id)
         self._wake.set()
+
+    def request_stop(
+        self, run_id: str, reason: StopReason, message: str, *, fault_at: float | None = None
+    ) -> bool:
+        """Stop the run's current attempt for ``reason`` (preemption, a hardware fault, a
+        drain), recorded durably before anything is sent; what follows (requeue, restart
+        from a checkpoint before ``fault_at``) is decided when the attempt has ended.
+        False when the run has no attempt to stop, or a person's cancel is pending."""
+        stop = StopRequest(reason, self.clock(), message, fault_at=fault_at)
+        done = self.store.request_stop(run_id, stop)
+        if done:
+            self.wake()
+        return done
 
     def _loop(self) -> None:
         started, ended, cost, idle = 0.0, 0.0, 0.0, False
@@ -174,7 +208,7 @@ class RunEngine:
 
     # -- one pass -----------------------------------------------------------------------
     def step(self) -> None:
-        """One pass: reconcile what the executor observes, requeue restarts, schedule.
+        """One pass: reconcile what the executor observes, requeue restarts, admit.
 
         Each phase's transitions are committed together in one transaction (one fsync
         for a burst of runs starting or ending instead of one each) before anything acts
@@ -184,8 +218,9 @@ class RunEngine:
             self.disk.maintain()
         with self._reported_lock:
             reported, self._reported = self._reported, set()
+        failed = self.starter.take_failures()
         now = time.monotonic()
-        if self._full_wanted or now - self._reconciled_all_at >= self.poll_interval_s:
+        if failed or self._full_wanted or now - self._reconciled_all_at >= self.poll_interval_s:
             self._full_wanted = False
             self._reconciled_all_at = now
             active = self.store.in_states([S.ADMITTED, S.RUNNING], light=True)
@@ -193,19 +228,28 @@ class RunEngine:
             active = self.store.in_states([S.ADMITTED, S.RUNNING], light=True, ids=reported)
         else:
             active = []
-        for run in active:
-            self._isolated(self._reconcile_active, run)
+        self._reconcile(active, failed)
         self._commit()
         # After that commit: an attempt that just failed may restart at once (backoff 0).
         for run in self.store.in_states([S.RESTARTING], light=True):
-            self._isolated(self._requeue_restarting, run)
+            step = on_restart_due(run["attempt_count"], run["next_attempt_at"], self.clock())
+            if step is not None:
+                self._move(run, step)
         self._commit()
-        # Scheduling is the costly part of a pass; it is needed only when a run arrived,
-        # left or changed queue, or the policy changed (and now and then, as a safety net).
-        if self._dirty or time.monotonic() - self._scheduled_at > RESCHEDULE_EVERY_S:
+        # Admission is the costly part of a pass; it is needed only when a run arrived,
+        # left or changed queue, the policy or the devices changed, the admitter said
+        # something (and now and then, as a safety net).
+        if self.devices is not None and self.devices.version != self._devices_seen:
+            self._devices_seen = self.devices.version
+            self._dirty = True
+        if (
+            self._dirty
+            or self.admission.has_news()
+            or time.monotonic() - self._scheduled_at > RESCHEDULE_EVERY_S
+        ):
             self._dirty = False
             self._scheduled_at = time.monotonic()
-            self._schedule()
+            self._admit()
             self._commit()
         self.housekeeping.sweep()
 
@@ -224,252 +268,157 @@ class RunEngine:
         else:
             self._failing.discard(run["id"])
 
-    def _reconcile_active(self, run: Row) -> None:
-        rid, attempt = run["id"], run["attempt_count"] - 1
-        if not self.executor.is_launched(rid, attempt):
-            full = self.store.get(rid)  # admitted, then the server died before launching
-            if full is not None:
-                self._launch(full, attempt)
+    def _reconcile(self, active: list[Row], failed: dict[AttemptKey, str]) -> None:
+        """Stops sent, launches handed over, then one look at every launched attempt."""
+        observed: list[tuple[Row, AttemptFacts]] = []
+        for run in active:
+            facts = self._facts(run)
+            key = AttemptKey(run["id"], facts.attempt)
+            if key in failed:
+                self._apply(run, on_start_failed(failed[key], self.clock()))
+                continue
+            # In flight first: a start that ends between the two looks is launched.
+            if self.starter.in_flight(key):
+                continue
+            if not self.executor.is_launched(key):
+                self._isolated(functools.partial(self._not_launched, facts=facts), run)
+                continue
+            if key not in self._stops_sent and stop_to_send(facts) is not None:
+                self._isolated(functools.partial(self._send_stop, facts=facts), run)
+            observed.append((run, facts))
+        if not observed:
             return
-        stop_asked = run["cancel_requested_at"] or run["preempt_requested_at"]
-        if stop_asked is not None and (rid, attempt) not in self._cancels_sent:
-            self.executor.cancel(rid, attempt)
-            self._cancels_sent.add((rid, attempt))
-        obs = self.executor.observe(rid, attempt)
-        if obs.phase == "starting":
-            return
-        if run["state"] == S.ADMITTED and obs.started_at is not None:
-            self._move(
-                run,
-                Transition(S.RUNNING, Reason.STARTED, "process started"),
-                # The run started with its first attempt; each attempt keeps its own.
-                fields={} if run["started_at"] is not None else {"started_at": obs.started_at},
-                attempt_update={"started_at": obs.started_at},
-            )
-        if obs.phase == "stopping":  # still holds its GPUs until its processes are gone
-            if (rid, attempt) not in self._lost_noted:
-                self._lost_noted.add((rid, attempt))
-                self.store.note(rid, Reason.SUPERVISOR_LOST, obs.detail or "supervisor lost")
-            return
-        self._lost_noted.discard((rid, attempt))
-        if obs.phase == "exited":
-            self._finish(run, obs)
-        else:
-            self._track_metrics(run, attempt)
+        seen = self.executor.observe_many([AttemptKey(r["id"], f.attempt) for r, f in observed])
+        for run, facts in observed:
+            obs = seen[AttemptKey(run["id"], facts.attempt)]
+            self._isolated(functools.partial(self._observed, facts=facts, obs=obs), run)
 
-    def _track_metrics(self, run: Row, attempt: int) -> None:
-        latest = self.metrics.poll(run["id"], attempt, run["metrics_last"])
-        if latest is not None:
-            self.store.update_fields(run["id"], metrics_last=latest)
+    def _send_stop(self, run: Row, facts: AttemptFacts) -> None:
+        reason = stop_to_send(facts)
+        assert reason is not None
+        self.executor.stop(AttemptKey(run["id"], facts.attempt), reason)
+        self._stops_sent.add(AttemptKey(run["id"], facts.attempt))
+
+    def _not_launched(self, run: Row, facts: AttemptFacts) -> None:
+        if stop_to_send(facts) is not None:  # stopped before it ever started
+            self._apply(run, stopped_before_launch(facts, self.clock()))
+            return
+        full = self.store.get(run["id"])  # admitted, then the server died before launching
+        if full is not None:
+            self._start(full, facts.attempt)
+
+    def _observed(self, run: Row, facts: AttemptFacts, obs: Observation) -> None:
+        key = AttemptKey(run["id"], facts.attempt)
+        decision = on_observation(facts, obs, self.clock())
+        if obs.phase == Phase.STOPPING:
+            self._lost_noted.add(key)
+        else:
+            self._lost_noted.discard(key)
+        if obs.phase == Phase.EXITED:
+            self._stops_sent.discard(key)
+        if decision.track_metrics:
+            latest = self.metrics.poll(run["id"], facts.attempt, run["metrics_last"])
+            if latest is not None:
+                self.store.update_fields(run["id"], metrics_last=latest)
+        self._apply(run, decision)
+
+    def _apply(self, run: Row, decision: Decision) -> None:
+        """Queue the decision's transitions for the commit; its note is written now."""
+        if decision.note is not None:
+            self.store.note(run["id"], *decision.note)
+        extra: dict[str, object] = {}
+        if decision.final_metrics:  # the last metrics ride with the end, in its commit
+            attempt = run["attempt_count"] - 1
+            latest = self.metrics.poll(run["id"], attempt, run["metrics_last"], final=True)
+            extra = {} if latest is None else {"metrics_last": latest}
+        steps = decision.steps
+        for i, step in enumerate(steps):
+            if extra and step.to != S.RUNNING:
+                step = dataclasses.replace(step, fields={**step.fields, **extra})
+                extra = {}
+            last = i == len(steps) - 1
+            self._move(run, step, then=self._finished if last and decision.finished else None)
+
+    def _facts(self, run: Row) -> AttemptFacts:
+        stop = None
+        if run["stop_requested_at"] is not None:
+            reason = parse_stop_reason(run["stop_reason"]) or StopReason.PREEMPT
+            stop = StopRequest(
+                reason, run["stop_requested_at"], run["stop_message"] or "", run["stop_fault_at"]
+            )
+        attempt = run["attempt_count"] - 1
+        return AttemptFacts(
+            run_id=run["id"],
+            state=RunState(run["state"]),
+            attempt=attempt,
+            run_started=run["started_at"] is not None,
+            restarts=run["restarts"],
+            cancel_requested=run["cancel_requested_at"] is not None,
+            stop=stop,
+            policy=self._restart_policy(run["id"]),
+            lost_noted=AttemptKey(run["id"], attempt) in self._lost_noted,
+        )
 
     def _restart_policy(self, run_id: str) -> RestartPolicy:
         policy = self._restart_policies.get(run_id)
         if policy is None:  # launched by an earlier server
             full = self.store.get(run_id)
             policy = restart_policy_of(full["spec_resolved"] if full else {})
+            self._restart_policies[run_id] = policy
         return policy
-
-    def _finish(self, run: Row, obs: Observation) -> None:
-        """An attempt ended: classify how, then finish the run or restart it."""
-        ex = obs.exit
-        assert ex is not None
-        now = obs.finished_at or self.clock()
-        attempt = run["attempt_count"] - 1
-        self._cancels_sent.discard((run["id"], attempt))
-        # The last metrics ride with the transition, in its commit (not one of their own).
-        latest = self.metrics.poll(run["id"], attempt, run["metrics_last"], final=True)
-        metrics = {} if latest is None else {"metrics_last": latest}
-        policy = self._restart_policy(run["id"])
-        preempted = (
-            run["preempt_requested_at"] is not None
-            and run["cancel_requested_at"] is None
-            and ex.outcome == "cancelled"
-        )
-        if preempted:
-            msg = self._preempt_messages.pop(
-                run["id"], "preempted to make room for a higher-priority run"
-            )
-            verdict = Verdict(S.PREEMPTED, Reason.PREEMPTED, msg)
-            update = _attempt_update(ex, now, verdict, FailureClass.PREEMPTED, "preempted")
-            if requeue_after_preemption(policy):
-                self._requeue_preempted(run, update, metrics)
-                return
-            self._preemptors.pop(run["id"], None)
-            verdict = Verdict(S.FAILED, Reason.PREEMPTED, f"{msg}; restart.on has no preemption")
-        else:
-            verdict = classify_exit(ex)
-            cls = failure_class(ex, verdict)
-            update = _attempt_update(ex, now, verdict, cls, ex.outcome)
-            if cls is not None and run["cancel_requested_at"] is None:
-                decision = decide_restart(policy, run["restarts"], cls)
-                if decision.restart:
-                    self._move(
-                        run,
-                        Transition(
-                            S.RESTARTING, verdict.reason, f"{verdict.message}; {decision.why}"
-                        ),
-                        fields={
-                            "restarts": run["restarts"] + 1,
-                            "next_attempt_at": now + decision.delay_s,
-                            "exit_code": ex.exit_code,
-                            **metrics,
-                        },
-                        attempt_update=update,
-                    )
-                    return
-                if policy.max > 0:
-                    verdict = Verdict(
-                        verdict.state, verdict.reason, f"{verdict.message}; {decision.why}"
-                    )
-        self._move(
-            run,
-            Transition(verdict.state, verdict.reason, verdict.message),
-            fields={"finished_at": now, "exit_code": ex.exit_code, **metrics},
-            attempt_update=update,
-            then=self._finished if verdict.state.terminal else None,
-        )
 
     def _finished(self, run: Row) -> None:
         self._restart_policies.pop(run["id"], None)
         self.housekeeping.run_finished(run["id"])
 
-    def _requeue_restarting(self, run: Row) -> None:
-        """Back to the queue once the backoff has passed; keeps its place (submit order)."""
-        if (run["next_attempt_at"] or 0.0) > self.clock():
-            return
-        self._move(
-            run,
-            Transition(
-                S.QUEUED, Reason.RESTARTING, f"restarting as attempt {run['attempt_count']}"
-            ),
-            fields={"next_attempt_at": None},
-        )
-
-    def _requeue_preempted(
-        self, run: Row, attempt_update: dict[str, Any], metrics: dict[str, Any]
-    ) -> None:
-        """PREEMPTED, then back in its queue; it restarts as a new attempt when admitted."""
-        self._preemptors.pop(run["id"], None)
-        self._move(
-            run,
-            Transition(S.PREEMPTED, Reason.PREEMPTED, attempt_update["message"]),
-            fields={"preempt_requested_at": None, "flavor": None, **metrics},
-            attempt_update=attempt_update,
-            then=lambda moved: self._move(
-                moved, Transition(S.QUEUED, Reason.QUEUED, "requeued after preemption")
-            ),
-        )
-
-    def _schedule(self) -> None:
+    # -- admission ----------------------------------------------------------------------
+    def _admit(self) -> None:
         queued = self.store.in_states([S.QUEUED], scheduling=True)
-        if not queued:
+        if not queued and not self.admission.has_news():
             self.pending = {}
             return
         active = self.store.in_states([S.ADMITTED, S.RUNNING], light=True)
-        known = self.queueing.policy.domain.queues
-        schedulable = [r for r in queued if (r["cluster_queue"] or "default") in known]
-        snap = self.queueing.snapshot(schedulable, active, self._preemptors)
-        decisions = self._scheduler.decide(snap)
-        pending: dict[str, Pending] = {}  # what the engine says over the scheduler's words
-        for r in queued:
-            if (r["cluster_queue"] or "default") not in known:  # its queue left the policy
-                pending[r["id"]] = Pending(
-                    r["id"],
-                    r["cluster_queue"],
-                    0,
-                    "Misconfigured",
-                    f"cluster queue '{r['cluster_queue']}' is not in the policy in force",
-                )
-        for p in decisions.preemptions:
-            self._preempt_messages[p.victim_id] = p.message
-            self._preemptors[p.victim_id] = p.preemptor_id
-            self.store.update_fields(p.victim_id, preempt_requested_at=self.clock())
-        if decisions.preemptions:
-            self.wake()  # signal the victims on the next pass
-        by_id = {r["id"]: r for r in queued} if decisions.admissions else {}
-        in_use = self.store.gpus_in_use()
-        short = self.disk.short_by() if self.disk is not None and decisions.admissions else None
-        for adm in decisions.admissions:
-            if short is not None:  # no new work onto a full disk; it waits in its place
-                pending[adm.workload_id] = Pending(
-                    adm.workload_id,
-                    adm.cluster_queue,
-                    1,
-                    "DiskFull",
-                    full_message("launch", *short),
-                )
-                continue
-            run = by_id[adm.workload_id]
-            need = int((run["requests"] or {}).get("gpu") or run["gpus"])
-            gpus = self.queueing.pick_devices(adm.flavor, need, in_use)
-            if gpus is None:  # quota admits it but no physical GPU is free (policy > machine)
-                pending[run["id"]] = Pending(
-                    run["id"],
-                    adm.cluster_queue,
-                    1,
-                    "WaitingForDevices",
-                    f"quota admits it, but no free GPU of flavor {adm.flavor} is on this "
-                    "machine yet",
-                )
-                continue
-            in_use.update(gpus)
-            self._admit(run, adm.flavor, gpus)
-        self.pending = Overlaid(pending, decisions.pending) if pending else decisions.pending
-
-    def _admit(self, run: Row, flavor: str, gpus: tuple[int, ...]) -> None:
-        attempt = run["attempt_count"]
-        shown = ",".join(map(str, gpus)) or "none"
-        self._move(
-            run,
-            Transition(
-                S.ADMITTED,
-                Reason.ADMITTED,
-                f"admitted to {run['cluster_queue'] or 'default'} on flavor {flavor} "
-                f"(GPUs: {shown})",
-            ),
-            fields={"flavor": flavor},
-            new_attempt={
-                "placement": {"host": "local", "flavor": flavor, "gpus": list(gpus)},
-                "attempt_dir": str(self.executor.attempt_dir(run["id"], attempt)),
-            },
-            then=lambda moved: self._launch(moved, attempt),
-        )
-
-    def _launch(self, run: Row, attempt: int) -> None:
-        self._restart_policies[run["id"]] = restart_policy_of(run["spec_resolved"])
-        try:
-            req = self.launcher.request(run, attempt)
-            limit = run_disk_limit(run["spec_resolved"], self.run_disk_limit_bytes)
-            self.executor.launch(dataclasses.replace(req, disk_limit_bytes=limit))
-        except Exception as exc:  # a run that cannot start must fail visibly, not hang
-            log.exception("launch of %s failed", run["id"])
-            self._restart_policies.pop(run["id"], None)
-            self._move(
-                run,
-                Transition(S.FAILED, Reason.START_FAILED, f"could not start: {exc}"),
-                fields={"finished_at": self.clock()},
-                attempt_update={
-                    "finished_at": self.clock(),
-                    "outcome": "failed",
-                    "reason": Reason.START_FAILED.value,
-                    "failure_class": FailureClass.START_FAILED.value,
-                    "message": f"could not start: {exc}",
-                },
+        cycle = self.admission.cycle(queued, active)
+        for stop in cycle.stops:
+            self.store.request_stop(
+                stop.run_id,
+                StopRequest(stop.reason, self.clock(), stop.message, preemptor=stop.preemptor),
             )
+        if cycle.stops:
+            self.wake()  # signal the victims on the next pass
+        for adm in cycle.admissions:
+            run, attempt = adm.run, adm.run["attempt_count"]
+            step = on_admitted(
+                run["cluster_queue"] or "default",
+                adm.flavor,
+                adm.placement.as_record(),
+                self.executor.location(AttemptKey(run["id"], attempt)),
+                adm.how,
+            )
+            self._move(run, step, then=functools.partial(self._start, attempt=attempt))
+        self.pending = cycle.pending
 
+    def _start(self, run: Row, attempt: int) -> None:
+        self._restart_policies[run["id"]] = restart_policy_of(run["spec_resolved"])
+        self.starter.start(run, attempt)
+
+    # -- writing ------------------------------------------------------------------------
     def _move(
         self,
         run: Row,
-        step: Transition,
+        step: Step,
         *,
-        fields: dict[str, Any] | None = None,
-        new_attempt: dict[str, Any] | None = None,
-        attempt_update: dict[str, Any] | None = None,
         then: Callable[[Row], None] | None = None,
     ) -> None:
         """Queue a transition for the phase's commit; ``then`` gets the run as recorded
         once it is durable (never when the move lost a race: see ``_commit``)."""
-        move = Move(run["id"], step, fields, new_attempt, attempt_update)
+        move = Move(
+            run["id"],
+            Transition(step.to, step.reason, step.message),
+            dict(step.fields),
+            dict(step.new_attempt) if step.new_attempt is not None else None,
+            dict(step.attempt_update) if step.attempt_update is not None else None,
+        )
         self._queued.append(_Queued(move, then))
 
     def _commit(self) -> None:
@@ -478,7 +427,13 @@ class RunEngine:
         preemption): they are committed in the next round."""
         while self._queued:
             batch, self._queued = self._queued, []
-            for queued, result in zip(batch, self._write(batch), strict=True):
+            results = self._write(batch)
+            self.changes.notify(
+                q.move.run_id
+                for q, r in zip(batch, results, strict=True)
+                if not isinstance(r, BaseException)
+            )
+            for queued, result in zip(batch, results, strict=True):
                 move = queued.move
                 if isinstance(result, BaseException):
                     log.info("run %s not moved to %s: %s", move.run_id, move.step.to, result)
@@ -509,17 +464,3 @@ class RunEngine:
                     raise
                 results.append(exc)
         return results
-
-
-def _attempt_update(
-    ex: AttemptExit, now: float, verdict: Verdict, cls: FailureClass | None, outcome: str | None
-) -> dict[str, Any]:
-    return {
-        "finished_at": now,
-        "exit_code": ex.exit_code,
-        "signal": ex.signal,
-        "outcome": outcome,
-        "reason": verdict.reason.value,
-        "failure_class": cls.value if cls else None,
-        "message": verdict.message,
-    }

@@ -15,7 +15,6 @@ from typing import Any
 from taugrid.domain.quota import Admitted, Snapshot, Workload
 from taugrid.domain.scheduling import never_fits
 from taugrid.errors import Unschedulable, UsageError
-from taugrid.executors.local.gpus import Gpu, gpus_of_type, short_gpu_type
 from taugrid.osuser import current_user
 from taugrid.policy import (
     DomainPolicy,
@@ -25,6 +24,7 @@ from taugrid.policy import (
     load_policy_text,
     to_domain,
 )
+from taugrid.ports.devices import DeviceInventory, Gpu, gpus_of_type, short_gpu_type
 from taugrid.spec import TauSpec
 from taugrid.store.policies import PolicyStore
 
@@ -71,9 +71,11 @@ class Queueing:
         store: PolicyStore,
         machine: Machine,
         workspaces: Callable[[], Iterable[str]] | None = None,
+        devices: DeviceInventory | None = None,
     ) -> None:
         self.store = store
         self.machine = machine
+        self.devices = devices  # None: every GPU of the machine is in service
         self._workspaces = workspaces or (lambda: ())
         self._lock = threading.Lock()
         self._policy = self._load_current()
@@ -235,8 +237,7 @@ class Queueing:
                 workload(r),
                 r["flavor"] or _first_flavor(pol, r),
                 admitted_at=r["updated_at"],
-                evicting=r["preempt_requested_at"] is not None
-                or r["cancel_requested_at"] is not None,
+                evicting=r["stop_requested_at"] is not None or r["cancel_requested_at"] is not None,
                 preempted_by=preempted_by.get(r["id"]),
             )
             before = self._known_admitted.get(a.workload.id)
@@ -264,8 +265,12 @@ class Queueing:
         if count == 0:
             return ()
         fl = self.policy.domain.flavors.get(flavor)
+        # A quarantined GPU is given to nobody (the device inventory says which).
+        out = self.devices.quarantined() if self.devices is not None else {}
         free = [
-            g.index for g in self._devices_for(fl.gpu_type if fl else None) if g.index not in in_use
+            g.index
+            for g in self._devices_for(fl.gpu_type if fl else None)
+            if g.index not in in_use and g.index not in out
         ]
         return tuple(free[:count]) if len(free) >= count else None
 

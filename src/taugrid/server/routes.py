@@ -1,9 +1,10 @@
-"""HTTP routes of /api/v1: thin translations between HTTP and :class:`RunService`."""
+"""HTTP routes of /api/v1: thin translations between HTTP and :class:`RunService`; what
+they answer is built by ``views.py``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import Annotated
 
 import anyio.from_thread
 from fastapi import APIRouter, Header, Query, Request, Response
@@ -21,14 +22,12 @@ from taugrid.domain.submit_limits import (
 from taugrid.errors import NotFound, TauError
 from taugrid.server.audit import audited
 from taugrid.server.bodylimit import limited_route
-from taugrid.server.launching import restart_policy_of
-from taugrid.server.queueing import PolicyInForce
+from taugrid.server.changes import ANY
 from taugrid.server.run_files import checkpoint_out
-from taugrid.server.safe_files import fd_response
+from taugrid.server.safe_files import file_response
 from taugrid.server.schemas import (
     ArtifactList,
     ArtifactOut,
-    AttemptOut,
     AttemptStatusReport,
     BatchSubmitRequest,
     BatchSubmitResponse,
@@ -37,28 +36,23 @@ from taugrid.server.schemas import (
     CancelResult,
     CheckpointDetail,
     CheckpointList,
-    CheckpointOut,
     ErrorOut,
+    EventFeed,
     EventOut,
-    ExperimentOut,
+    FeedEventOut,
     MetricPoint,
     MetricSeries,
-    MetricsLast,
-    PendingOut,
     PolicyApply,
     PolicyOut,
-    QueueHeadOut,
     QueueList,
-    QueueOut,
-    RestartPolicyOut,
     RunDetail,
     RunList,
     RunOut,
-    SpecRecord,
     SubmitRequest,
     SubmitResponse,
 )
-from taugrid.server.services import RunService, queue_report
+from taugrid.server.services import RunService
+from taugrid.server.views import policy_out, queue_view, run_detail, run_events, run_row
 from taugrid.store.runs import Row, RunFilter
 
 router = APIRouter(prefix="/api/v1")
@@ -73,41 +67,6 @@ def _svc(request: Request) -> RunService:
 def _caller(request: Request) -> Caller:
     caller: Caller = request.state.caller
     return caller
-
-
-def run_out(r: Row, request: Request) -> RunOut:
-    pend = _svc(request).engine.pending.get(r["id"]) if r["state"] == "QUEUED" else None
-    return RunOut(
-        id=r["id"],
-        name=r["name"],
-        workspace=r["workspace"],
-        queue=r["queue"],
-        priority=r["priority"],
-        state=r["state"],
-        reason=r["reason"],
-        message=r["message"],
-        created_at=r["created_at"],
-        updated_at=r["updated_at"],
-        started_at=r["started_at"],
-        finished_at=r["finished_at"],
-        exit_code=r["exit_code"],
-        attempts=r["attempt_count"],
-        gpus=r["gpus"],
-        submitter=r["submitter"],
-        spec_hash=r["spec_hash"],
-        cancel_requested=r["cancel_requested_at"] is not None,
-        pending=PendingOut(
-            cluster_queue=pend.cluster_queue,
-            position=pend.position,
-            reason=pend.reason,
-            message=pend.message,
-        )
-        if pend
-        else None,
-        experiment=ExperimentOut(**r["experiment"]) if r.get("experiment") else None,
-        metrics_last=MetricsLast(**r["metrics_last"]) if r.get("metrics_last") else None,
-        restarts=r.get("restarts") or 0,
-    )
 
 
 @router.head("/snapshots/{digest}")
@@ -161,12 +120,13 @@ def submit(
     idempotency_key: Annotated[str | None, Header()] = None,
 ) -> SubmitResponse:
     workspace = _audit_workspace(req.resolved.get("workspace") or "default")
+    svc = _svc(request)
     with audited(request, "run.submit", workspace=workspace) as entry:
-        run, created = _svc(request).submit(req, idempotency_key)
+        run, created = svc.submit(req, idempotency_key)
         entry["target"] = run["id"]
     response.status_code = 201 if created else 200
     return SubmitResponse(
-        run=run_out(run, request), created=created, warnings=submit_warnings(run, req)
+        run=run_row(svc, run), created=created, warnings=submit_warnings(run, req)
     )
 
 
@@ -177,15 +137,16 @@ def submit_batch(body: BatchSubmitRequest, request: Request) -> BatchSubmitRespo
     """Submit many runs in one request and one durable commit (sweeps, job arrays):
     all are recorded or, when any is invalid, none."""
     items = [(item, item.idempotency_key) for item in body.runs]
+    svc = _svc(request)
     with audited(request, "run.submit") as entry:
-        results = _svc(request).submit_many(items)
+        results = svc.submit_many(items)
         entry["target"] = ",".join(r["id"] for r, _ in results)
         entry["workspace"] = _audit_workspace(
             ",".join(sorted({r["workspace"] for r, _ in results}))
         )
     return BatchSubmitResponse(
         results=[
-            SubmitResponse(run=run_out(r, request), created=c, warnings=submit_warnings(r, item))
+            SubmitResponse(run=run_row(svc, r), created=c, warnings=submit_warnings(r, item))
             for (r, c), item in zip(results, body.runs, strict=True)
         ]
     )
@@ -217,7 +178,7 @@ def cancel_many(body: CancelRequest, request: Request) -> CancelResponse:
         results=[
             CancelResult(ref=ref, run=None, error=ErrorOut(code=r.code, message=r.message))
             if isinstance(r, TauError)
-            else CancelResult(ref=ref, run=run_out(r, request), error=None)
+            else CancelResult(ref=ref, run=run_row(_svc(request), r), error=None)
             for ref, r in results.items()
         ]
     )
@@ -243,46 +204,19 @@ def list_runs(
         visible=visible_workspaces(_caller(request)),
     )
     rows, nxt = _svc(request).list_runs(flt, limit, cursor)
-    return RunList(runs=[run_out(r, request) for r in rows], next_cursor=nxt)
+    return RunList(runs=[run_row(_svc(request), r) for r in rows], next_cursor=nxt)
 
 
 @router.get("/runs/{ref}", response_model=RunDetail)
 def get_run(ref: str, request: Request) -> RunDetail:
     svc = _svc(request)
-    r = svc.get(ref)
-    policy = restart_policy_of(r["spec_resolved"])
-    code = dict(r["code_info"] or {})
-    return RunDetail(
-        **run_out(r, request).model_dump(),
-        spec=SpecRecord(
-            source=r["spec_source"],
-            file_text=r["spec_file_text"],
-            overrides=r["spec_overrides"],
-            resolved=r["spec_resolved"],
-            hash=r["spec_hash"],
-            snapshot_digest=r["snapshot_digest"],
-        ),
-        env=r["env_summary"],
-        events=[EventOut(**_pick(e, EventOut)) for e in svc.store.events(r["id"])],
-        attempt_list=[AttemptOut(**_pick(a, AttemptOut)) for a in svc.store.attempts(r["id"])],
-        code={"snapshot_digest": r["snapshot_digest"], "git": code.get("git")},
-        python_env=r["python_env"],
-        rerun_of=r["rerun_of"],
-        restart_policy=RestartPolicyOut(
-            max=policy.max,
-            on=sorted(policy.on),
-            backoff_s=policy.backoff_s,
-            used=r["restarts"],
-            next_at=r["next_attempt_at"] if r["state"] == "RESTARTING" else None,
-        ),
-        checkpoints=[CheckpointOut(**checkpoint_out(c)) for c in svc.files.checkpoints(r["id"])],
-    )
+    return run_detail(svc, svc.get(ref))
 
 
 @router.post("/runs/{ref}/resume", response_model=RunOut)
 def resume(ref: str, request: Request) -> RunOut:
     with audited(request, "run.resume", target=ref):
-        return run_out(_svc(request).resume(ref), request)
+        return run_row(_svc(request), _svc(request).resume(ref))
 
 
 @router.get("/runs/{ref}/checkpoints", response_model=CheckpointList)
@@ -300,7 +234,7 @@ def list_checkpoints(
 
 @router.get("/runs/{ref}/checkpoints/{step}/files/{path:path}", response_class=StreamingResponse)
 def get_checkpoint_file(ref: str, step: int, path: str, request: Request) -> StreamingResponse:
-    return fd_response(_svc(request).open_checkpoint_file(ref, step, path))
+    return file_response(_svc(request).open_checkpoint_file(ref, step, path))
 
 
 @router.get("/runs/{ref}/metrics", response_model=MetricSeries)
@@ -314,25 +248,44 @@ def get_metrics(
 @router.get("/runs/{ref}/events", response_model=list[EventOut])
 def get_events(ref: str, request: Request) -> list[EventOut]:
     svc = _svc(request)
-    return [EventOut(**_pick(e, EventOut)) for e in svc.store.events(svc.get(ref)["id"])]
+    return run_events(svc, svc.get(ref))
 
 
 @router.get("/runs/{ref}/logs", response_class=StreamingResponse)
-def get_logs(
+async def get_logs(
     ref: str,
     request: Request,
     attempt: Annotated[int | None, Query(ge=0)] = None,
     tail: Annotated[int | None, Query(ge=0)] = None,
     follow: bool = False,
 ) -> StreamingResponse:
-    stream = _svc(request).log_stream(ref, attempt, tail, follow)
-    return StreamingResponse(stream, media_type="text/plain; charset=utf-8")
+    follower = _svc(request).log_follower()
+    req = await run_in_threadpool(follower.request, ref, attempt, tail, follow)
+    return StreamingResponse(follower.stream(req), media_type="text/plain; charset=utf-8")
+
+
+@router.get("/events", response_model=EventFeed)
+async def event_feed(
+    request: Request,
+    after: Annotated[int, Query(ge=0, description="the id of the last event seen")] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 200,
+    wait: Annotated[float, Query(ge=0, le=60, description="long-poll seconds")] = 0,
+) -> EventFeed:
+    """Every event after id ``after`` of the runs the caller may see, oldest first; with
+    ``wait``, an empty answer waits up to that long for the next one (the feed behind
+    the portal's live view)."""
+    svc = _svc(request)
+    found = await run_in_threadpool(svc.event_feed, after, limit)
+    if not found and wait > 0 and await svc.engine.changes.wait(ANY, wait):
+        found = await run_in_threadpool(svc.event_feed, after, limit)
+    last = found[-1]["id"] if found else after
+    return EventFeed(events=[FeedEventOut(**e) for e in found], last_id=last)
 
 
 @router.post("/runs/{ref}/cancel", response_model=RunOut)
 def cancel(ref: str, request: Request) -> RunOut:
     with audited(request, "run.cancel", target=ref):
-        return run_out(_svc(request).cancel(ref), request)
+        return run_row(_svc(request), _svc(request).cancel(ref))
 
 
 @router.get("/runs/{ref}/artifacts", response_model=ArtifactList)
@@ -343,7 +296,7 @@ def list_artifacts(ref: str, request: Request) -> ArtifactList:
 
 @router.get("/runs/{ref}/artifacts/{path:path}", response_class=StreamingResponse)
 def get_artifact(ref: str, path: str, request: Request) -> StreamingResponse:
-    return fd_response(_svc(request).open_artifact(ref, path))
+    return file_response(_svc(request).open_artifact(ref, path))
 
 
 @router.post("/internal/attempt-status", status_code=204)
@@ -357,49 +310,9 @@ def attempt_status(report: AttemptStatusReport, request: Request) -> Response:
     return Response(status_code=204)
 
 
-def _pick(row: Row, model: type[Any]) -> dict[str, Any]:
-    return {k: row[k] for k in model.model_fields}
-
-
 @router.get("/queues", response_model=QueueList)
 def list_queues(request: Request) -> QueueList:
-    """The caller's queues (see ``queue_report``); the policy's source (a file name on the
-    admin's machine) is for platform admins, others learn only whether it is built in."""
-    svc = _svc(request)
-    usage, lqs, heads = queue_report(svc)
-    pol = svc.queueing.policy
-    source = pol.source if _caller(request).platform_admin or pol.builtin else "platform policy"
-    return QueueList(
-        policy=source,
-        queues=[
-            QueueOut(
-                name=name,
-                cohort=u.cohort,
-                strategy=svc.queueing.policy.domain.queues[name].strategy,
-                local_queues=lqs.get(name, []),
-                quota=_plain(u.quota),
-                used=_plain(u.used),
-                borrowed=_plain(u.borrowed),
-                pending=u.pending,
-                running=u.running,
-                heads=[
-                    QueueHeadOut(
-                        run_id=h.run_id,
-                        workspace=h.workspace,
-                        position=h.position,
-                        reason=h.reason,
-                        message=h.message,
-                    )
-                    for h in heads.get(name, [])
-                ],
-            )
-            for name, u in sorted(usage.items())
-        ],
-    )
-
-
-def _plain(m: Mapping[str, Mapping[Any, int]]) -> dict[str, dict[str, int]]:
-    return {k: dict(v) for k, v in m.items()}
+    return queue_view(_svc(request))
 
 
 @router.get("/admin/policy", response_model=PolicyOut)
@@ -416,24 +329,6 @@ def put_policy(body: PolicyApply, request: Request) -> PolicyOut:
         applied = svc.queueing.apply(body.text, body.source)
     svc.engine.wake()  # queued runs may fit the new quotas
     return policy_out(applied)
-
-
-def policy_out(p: PolicyInForce) -> PolicyOut:
-    d = p.domain
-    return PolicyOut(
-        source=p.source,
-        builtin=p.builtin,
-        text=p.text if p.text is not None else p.builtin_text,  # the built-in, as policy.yaml
-        hash=p.hash,
-        applied_at=p.applied_at,
-        applied_by=p.applied_by,
-        flavors=sorted(d.flavors),
-        cluster_queues=sorted(d.queues),
-        cohorts=sorted({q.cohort for q in d.queues.values() if q.cohort}),
-        priorities=dict(sorted(d.priorities.items(), key=lambda kv: kv[1])),
-        default_priority=d.default_priority,
-        local_queues=sorted(f"{w}/{q}" for w, q in d.local_queues),
-    )
 
 
 def require_admin(request: Request) -> None:

@@ -1,27 +1,20 @@
-"""What a run left on disk, read for the API and the engine: checkpoints and metrics.
+"""What a run left behind, as the API and the engine show it: checkpoints and metrics,
+read through the artifact store port.
 
-The workload writes these through the SDK (``taugrid.sdk``); the server only reads them.
-Checkpoints are verified with the SDK's own functions, so "verified" means the same thing
-to the workload that resumes and to the person looking at ``tau status``.
+The workload writes metrics lines through the SDK (``taugrid.sdk``); nothing in them is
+trusted: a line of another shape is skipped, never allowed to raise in the engine.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import stat
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from taugrid.errors import NotFound
-from taugrid.executors.local.executor import LocalExecutor
-from taugrid.sdk.checkpoint import CheckpointInfo, list_checkpoints, newest_verified
-from taugrid.server.safe_files import open_beneath
+from taugrid.ports.artifacts import ArtifactStore, CheckpointInfo
+from taugrid.ports.executor import AttemptKey
 
 # metrics_last is written to the database at most this often per run while it runs.
 METRICS_FLUSH_S = 2.0
@@ -43,49 +36,25 @@ def checkpoint_out(info: CheckpointInfo, *, files: bool = False) -> dict[str, An
     return out
 
 
-class RunFiles:
-    def __init__(self, executor: LocalExecutor) -> None:
-        self.executor = executor
-
-    # -- checkpoints ----------------------------------------------------------------------
-    def checkpoints(self, run_id: str, *, full: bool = False) -> list[CheckpointInfo]:
-        """Newest step first. ``full`` hashes every file; otherwise the manifest, presence
-        and sizes are checked (the engine hashes the one it resumes from)."""
-        return list_checkpoints(self.executor.checkpoint_dir(run_id), full=full)
-
-    def resume_point(
-        self, run_id: str, *, fault_at: float | None = None
-    ) -> tuple[CheckpointInfo | None, list[CheckpointInfo]]:
-        """The newest checkpoint whose manifest and sha256 verify, and the newer ones
-        skipped (corrupt, partial, or written after a hardware fault)."""
-        return newest_verified(
-            self.executor.checkpoint_dir(run_id), exclude_written_after=fault_at, full=True
-        )
-
-    def open_checkpoint_file(self, run_id: str, step: int, rel: str) -> int:
-        """A read-only fd of one file of a checkpoint, opened beneath the run's checkpoint
-        directory without following a link (server/safe_files.py)."""
-        found = [c for c in self.checkpoints(run_id) if c.step == step]
-        if not found:
-            raise NotFound(f"run {run_id} has no checkpoint at step {step}")
-        ckpt = found[0]
-        what = f"checkpoint step {step} of run {run_id}"
-        if rel not in {f.path for f in ckpt.files} and rel != "tau-checkpoint.json":
-            raise NotFound(f"{what} has no file '{rel}'")
-        root = self.executor.checkpoint_dir(run_id)
-        return open_beneath(root, f"{ckpt.path.name}/{rel}", what)
-
-    # -- metrics --------------------------------------------------------------------------
-    def metrics(self, run_id: str, attempts: int, attempt: int | None) -> list[dict[str, Any]]:
-        wanted = range(attempts) if attempt is None else [attempt]
-        series = []
-        for k in wanted:
-            with _open_regular(self.executor.metrics_file(run_id, k)) as f:
-                for line in f if f is not None else ():
-                    point = parse_point(line)
-                    if point is not None:
-                        series.append({"attempt": k, **point})
-        return series
+def metrics_series(
+    artifacts: ArtifactStore, run_id: str, attempts: int, attempt: int | None
+) -> list[dict[str, Any]]:
+    """Every point of the run's attempts (or of one), in order."""
+    wanted = range(attempts) if attempt is None else [attempt]
+    series = []
+    for k in wanted:
+        key, offset, rest = AttemptKey(run_id, k), 0, b""
+        while data := artifacts.read_metrics(key, offset, MAX_METRICS_READ):
+            offset += len(data)
+            *lines, rest = (rest + data).split(b"\n")
+            for line in lines:
+                point = parse_point(line)
+                if point is not None:
+                    series.append({"attempt": k, **point})
+        point = parse_point(rest) if rest else None
+        if point is not None:
+            series.append({"attempt": k, **point})
+    return series
 
 
 def parse_point(line: bytes) -> dict[str, Any] | None:
@@ -125,24 +94,6 @@ def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
 
-@contextlib.contextmanager
-def _open_regular(path: Path) -> Iterator[IO[bytes] | None]:
-    """``path`` opened for reading if it is a regular file (not a symlink, a directory or
-    a fifo the workload put there, which would make the server read elsewhere or block);
-    None when it is missing or anything else."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        yield None
-        return
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        yield None
-        return
-    with os.fdopen(fd, "rb") as f:
-        yield f
-
-
 @dataclass
 class _Tail:
     offset: int = 0
@@ -156,8 +107,8 @@ class MetricsTracker:
     costs one ``stat`` per run; keeps the latest value of every metric for ``metrics_last``.
     """
 
-    def __init__(self, executor: LocalExecutor) -> None:
-        self.executor = executor
+    def __init__(self, artifacts: ArtifactStore) -> None:
+        self.artifacts = artifacts
         self._tails: dict[tuple[str, int], _Tail] = {}
         self._lock = threading.Lock()
 
@@ -170,7 +121,7 @@ class MetricsTracker:
             tail = self._tails.get(key)
             if tail is None:
                 tail = self._tails[key] = _Tail(latest=dict(stored or {}))
-            self._read_new(self.executor.metrics_file(run_id, attempt), tail)
+            self._read_new(AttemptKey(run_id, attempt), tail)
             due = final or time.monotonic() - tail.flushed_at >= METRICS_FLUSH_S
             if final:
                 del self._tails[key]
@@ -180,16 +131,10 @@ class MetricsTracker:
             tail.flushed_at = time.monotonic()
             return dict(tail.latest)
 
-    @staticmethod
-    def _read_new(path: Path, tail: _Tail) -> None:
-        with _open_regular(path) as f:
-            if f is None:
-                return
-            size = os.fstat(f.fileno()).st_size
-            if size <= tail.offset:
-                return
-            f.seek(tail.offset)
-            data = f.read(min(size - tail.offset, MAX_METRICS_READ))
+    def _read_new(self, key: AttemptKey, tail: _Tail) -> None:
+        data = self.artifacts.read_metrics(key, tail.offset, MAX_METRICS_READ)
+        if not data:
+            return
         end = data.rfind(b"\n") + 1  # a line still being written waits for the next poll
         if end == 0 and len(data) == MAX_METRICS_READ:
             end = len(data)  # one endless line: skip it rather than stall on it

@@ -58,6 +58,19 @@ class EventOut(BaseModel):
     message: str
 
 
+class FeedEventOut(EventOut):
+    """An event of the ordered feed (``GET /api/v1/events``): its id is its place."""
+
+    id: int
+    run_id: str
+    workspace: str
+
+
+class EventFeed(BaseModel):
+    events: list[FeedEventOut]
+    last_id: int  # ask for the events after this one next
+
+
 class AttemptOut(BaseModel):
     attempt: int
     created_at: float
@@ -236,6 +249,23 @@ class Health(BaseModel):
     status: str
     version: str
     runs: int | None = None
+
+
+class CapabilitiesOut(BaseModel):
+    """What the server's mode accepts (``taugrid.spec.modes.Capabilities``)."""
+
+    mode: str = Field(description="local or cluster")
+    max_nodes: int = Field(description="The most `nodes` a run may ask for.")
+    launchers: list[str] = Field(description="The `launcher` values it starts.")
+    images: bool = Field(description="Whether `image:` is honoured (else it has no effect).")
+
+
+class ServerInfoOut(BaseModel):
+    """``GET /api/v1/server``: the server's mode and what it accepts."""
+
+    mode: str
+    capabilities: CapabilitiesOut
+    version: str
 
 
 class QueueHeadOut(BaseModel):

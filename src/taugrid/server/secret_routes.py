@@ -39,7 +39,7 @@ from taugrid.domain.secret_refs import (
     set_command,
 )
 from taugrid.errors import Forbidden, NotFound, RequestTooLarge, UsageError
-from taugrid.executors.local.secrets import LocalSecretStore, SecretScope
+from taugrid.ports.secrets import SecretScope, SecretStore
 from taugrid.server.audit import audited
 
 # Generous for JSON escapes (a \uXXXX per character at worst); the value is checked after.
@@ -70,8 +70,8 @@ class SecretList(BaseModel):
     secrets: list[SecretOut]
 
 
-def _store(request: Request) -> LocalSecretStore:
-    store: LocalSecretStore = request.app.state.secrets
+def _store(request: Request) -> SecretStore:
+    store: SecretStore = request.app.state.secrets
     return store
 
 

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import copy
-import os
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -25,6 +23,7 @@ from taugrid.domain.fingerprint import request_hash, spec_hash
 from taugrid.domain.queue_heads import Head, queue_heads
 from taugrid.domain.runid import new_run_id
 from taugrid.domain.scheduling import QueueUsage, queue_usage
+from taugrid.domain.secret_refs import missing_secrets_error
 from taugrid.domain.states import Reason, RunState
 from taugrid.domain.submit_limits import is_workspace_name
 from taugrid.domain.workload_env import submitter_env
@@ -37,20 +36,22 @@ from taugrid.errors import (
     TauError,
     UsageError,
 )
-from taugrid.executors.local.executor import LocalExecutor
-from taugrid.executors.local.secrets import LocalSecretStore, require_secrets
 from taugrid.osuser import current_user
-from taugrid.sdk.checkpoint import CheckpointInfo
+from taugrid.ports.artifacts import ArtifactStore, CheckpointInfo, OpenedFile
+from taugrid.ports.logs import LogSource
+from taugrid.ports.secrets import SecretStore
 from taugrid.server.engine import RunEngine
 from taugrid.server.error_answers import safe_message
+from taugrid.server.log_follow import LogFollower
 from taugrid.server.queueing import Queueing
-from taugrid.server.run_files import RunFiles
-from taugrid.server.safe_files import open_beneath
+from taugrid.server.run_files import metrics_series
 from taugrid.server.schemas import SubmitRequest
 from taugrid.server.snapshot_listing import Member, SnapshotListings
 from taugrid.server.snapshots import SnapshotFiles, SnapshotUpload
 from taugrid.server.submission import check_idempotency_key, check_limits, checked_spec_hash
 from taugrid.spec import TauSpec
+from taugrid.spec.modes import LOCAL, Capabilities, refusal
+from taugrid.store.events import EventFeed
 from taugrid.store.runs import Row, RunFilter, RunStore, Transition
 from taugrid.store.snapshots import SnapshotRecords
 
@@ -62,19 +63,24 @@ class RunService:
     def __init__(
         self,
         store: RunStore,
-        executor: LocalExecutor,
         engine: RunEngine,
         queueing: Queueing,
         snapshots_dir: Path,
-        secrets: LocalSecretStore,
+        *,
+        secrets: SecretStore,
+        artifacts: ArtifactStore,
+        logs: LogSource,
+        capabilities: Capabilities = LOCAL,
     ) -> None:
         self.secrets = secrets
+        self.capabilities = capabilities  # what this server's mode accepts (spec/modes.py)
         # Until a request says who calls, the service acts for the machine's owner (engine,
         # tests); for_caller() gives each request its own.
         self.caller = Caller(current_user(), admin=True, auth="local")
         self.queueing = queueing
         self.store = store
-        self.executor = executor
+        self.files = artifacts  # the artifact store: checkpoints, outputs, metrics
+        self.logs = logs
         self.engine = engine
         self.snapshots_dir = snapshots_dir
         self.snapshot_files = SnapshotFiles(snapshots_dir)
@@ -183,6 +189,7 @@ class RunService:
             raise IdempotencyKeyReused(f"runs[{exc.index}]: {exc.message}", exc.index) from None
         if any(created for _, created in results):
             self.engine.wake()
+            self.engine.changes.notify(r["id"] for r, created in results if created)
         return results
 
     def check(self, req: SubmitRequest) -> dict[str, Any]:
@@ -208,14 +215,11 @@ class RunService:
         self._check_submit(spec.workspace)
         if self.caller.auth != "local":  # a token says who submits, not the request body
             req = req.model_copy(update={"submitter": self.caller.user})
-        _check_local_mode(spec)
-        require_secrets(
-            self.secrets,
-            spec.workspace,
-            req.submitter,
-            spec.secrets,
-            personal=not can_manage_workspace_secrets(self.caller, spec.workspace),
-        )
+        _check_mode(spec, self.capabilities)
+        missing = self.secrets.missing(spec.workspace, req.submitter, spec.secrets.values())
+        personal = not can_manage_workspace_secrets(self.caller, spec.workspace)
+        if err := missing_secrets_error(missing, spec.workspace, personal=personal):
+            raise err
         rerun_of = self._check_rerun_of(req.rerun_of, spec.workspace)
         run_id = new_run_id(spec.name or "run")
         queue_fields = self.queueing.admit_fields(spec, req.submitter, run_id)
@@ -336,6 +340,7 @@ class RunService:
             out[ref] = by_id[rid]
         if any(not isinstance(r, TauError) for r in by_id.values()):
             self.engine.wake()
+            self.engine.changes.notify(k for k, r in by_id.items() if not isinstance(r, TauError))
         return {ref: out[ref] for ref in refs}
 
     # -- resume -------------------------------------------------------------------------
@@ -351,93 +356,44 @@ class RunService:
         )
         row = self.store.resume(run["id"], f"resumed by {by}; starts {where}")
         self.engine.wake()
+        self.engine.changes.notify([run["id"]])
         return row
 
     # -- checkpoints and metrics ----------------------------------------------------------
-    @property
-    def files(self) -> RunFiles:
-        return self.engine.files
-
     def checkpoints(self, ref: str, *, full: bool = False) -> tuple[str, list[CheckpointInfo]]:
         run = self._resolve(ref)
         return run["id"], self.files.checkpoints(run["id"], full=full)
 
-    def open_checkpoint_file(self, ref: str, step: int, rel: str) -> int:
+    def open_checkpoint_file(self, ref: str, step: int, rel: str) -> OpenedFile:
         return self.files.open_checkpoint_file(self._resolve(ref)["id"], step, rel)
 
     def metrics(self, ref: str, attempt: int | None) -> tuple[str, list[dict[str, Any]]]:
         run = self._resolve(ref)
         if attempt is not None and not 0 <= attempt < max(run["attempt_count"], 1):
             raise NotFound(f"run {run['id']} has no attempt {attempt}")
-        return run["id"], self.files.metrics(run["id"], run["attempt_count"], attempt)
+        return run["id"], metrics_series(self.files, run["id"], run["attempt_count"], attempt)
 
-    # -- logs ---------------------------------------------------------------------------
-    def log_stream(
-        self, ref: str, attempt: int | None, tail: int | None, follow: bool
-    ) -> Iterator[bytes]:
-        run = self._resolve(ref)
-        if run["attempt_count"] == 0:
-            if not follow:
-                return iter(())
-            run = self._wait_for_attempt(run["id"])
-        k = run["attempt_count"] - 1 if attempt is None else attempt
-        if not 0 <= k < max(run["attempt_count"], 1):
-            raise NotFound(f"run {run['id']} has no attempt {k}")
-        return self._follow(run["id"], k, tail, follow)
+    # -- logs and the event feed -----------------------------------------------------------
+    def log_follower(self) -> LogFollower:
+        """Streams a run's log (``LogFollower.stream``): an async generator that holds no
+        thread while it waits."""
+        return LogFollower(self.store, self.logs, self.engine.changes, self._resolve)
 
-    def _wait_for_attempt(self, run_id: str) -> Row:
-        while True:
-            run = self.store.get(run_id)
-            assert run is not None
-            if run["attempt_count"] > 0 or RunState(run["state"]).terminal:
-                return run
-            time.sleep(0.1)
-
-    def _follow(self, run_id: str, k: int, tail: int | None, follow: bool) -> Iterator[bytes]:
-        path = self.executor.log_path(run_id, k)
-        while follow and not path.exists() and not self._attempt_over(run_id, k):
-            time.sleep(0.05)
-        if not path.exists():
-            return
-        with path.open("rb") as f:
-            if tail is not None:
-                f.seek(_tail_offset(f, tail))
-            while True:
-                chunk = f.read(LOG_CHUNK)
-                if chunk:
-                    yield chunk
-                    continue
-                if not follow:
-                    return
-                if self._attempt_over(run_id, k):
-                    rest = f.read()  # the final bytes written before the exit was recorded
-                    if rest:
-                        yield rest
-                    return
-                time.sleep(0.05)
-
-    def _attempt_over(self, run_id: str, k: int) -> bool:
-        run = self.store.get(run_id)
-        if run is None or run["attempt_count"] - 1 > k:
-            return True
-        return RunState(run["state"]) not in (S.ADMITTED, S.RUNNING, S.QUEUED, S.PENDING)
+    def event_feed(self, after: int, limit: int) -> list[dict[str, Any]]:
+        """The events after id ``after`` of the runs the caller may see, oldest first."""
+        return EventFeed(self.store.engine).after(after, visible_workspaces(self.caller), limit)
 
     # -- artifacts ----------------------------------------------------------------------
     def artifacts(self, ref: str) -> tuple[str, list[dict[str, Any]]]:
         run = self._resolve(ref)
-        root = self.executor.output_dir(run["id"])
-        files = []
-        if root.exists():
-            for p in sorted(root.rglob("*")):
-                if p.is_file() and not p.is_symlink():
-                    files.append({"path": p.relative_to(root).as_posix(), "size": p.stat().st_size})
+        files = [{"path": rel, "size": size} for rel, size in self.files.outputs(run["id"])]
         return run["id"], files
 
-    def open_artifact(self, ref: str, rel: str) -> int:
-        """A read-only fd of the artifact, opened beneath the run's outputs without
-        following a link (the workload may still be changing them: server/safe_files.py)."""
+    def open_artifact(self, ref: str, rel: str) -> OpenedFile:
+        """The artifact, opened by the store so that the workload (which may still be
+        changing its outputs) cannot make the server read anything else."""
         run = self._resolve(ref)
-        return open_beneath(self.executor.output_dir(run["id"]), rel, f"run {run['id']}")
+        return self.files.open_output(run["id"], rel)
 
 
 @dataclass(frozen=True)
@@ -474,16 +430,12 @@ def _validate(req: SubmitRequest) -> TauSpec:
         ) from None
 
 
-def _check_local_mode(spec: TauSpec) -> None:
-    if spec.nodes > 1:
-        raise UsageError(
-            f"nodes: {spec.nodes}: local mode runs on one machine; multi-node runs need the "
-            "Kubernetes mode (use nodes: 1, or launcher: torchrun with several processes)"
-        )
-    if spec.launcher == "ray":
-        raise UsageError(
-            "launcher: ray is not supported in local mode yet; use command or torchrun"
-        )
+def _check_mode(spec: TauSpec, capabilities: Capabilities) -> None:
+    """What the server's mode refuses (``nodes`` over its limit, a launcher it does not
+    start): the sentences of ``spec/modes.py``, which the CLI says too."""
+    refused = refusal(spec, capabilities)
+    if refused is not None:
+        raise UsageError(refused)
 
 
 def _indexed(p: SpecProblem, i: int, many: bool) -> SpecProblem:
@@ -498,27 +450,6 @@ def _parse_cursor(cursor: str) -> tuple[float, str]:
         return float(at), rid
     except ValueError:
         raise UsageError(f"bad cursor {cursor!r}") from None
-
-
-def _tail_offset(f: IO[bytes], lines: int) -> int:
-    """Offset where the last ``lines`` lines start, reading backwards in blocks."""
-    end = f.seek(0, os.SEEK_END)
-    if lines <= 0:
-        return end
-    pos, found, block = end, 0, 8192
-    while pos > 0:
-        step = min(block, pos)
-        pos -= step
-        f.seek(pos)
-        data = f.read(step)
-        if pos + step == end and data.endswith(b"\n"):
-            data = data[:-1]  # the final newline ends the last line; it doesn't start one
-        for i in range(len(data) - 1, -1, -1):
-            if data[i] == 0x0A:
-                found += 1
-                if found == lines:
-                    return pos + i + 1
-    return 0
 
 
 def queue_report(

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from taugrid.domain.submit_limits import MAX_SNAPSHOT_BYTES
 from taugrid.errors import SnapshotTooLarge, UsageError
-from taugrid.executors.local.files import fsync_dir
+from taugrid.fsdurable import fsync_dir
 from taugrid.workdir.snapshot import check_archive
 
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")

@@ -6,7 +6,7 @@ The public surface other packages use; everything else in this package is intern
 from taugrid.spec.expand import EXPANSION_RULES, expand_at_launch
 from taugrid.spec.loader import LoadedSpec, load_spec, spec_from_command
 from taugrid.spec.models import TauSpec
-from taugrid.spec.modes import inactive_fields
+from taugrid.spec.modes import Capabilities, inactive_fields, refusal, refusals
 from taugrid.spec.schema import json_schema
 from taugrid.spec.starter import STARTER_TAU_YAML
 from taugrid.spec.units import parse_duration, quantity_bytes
@@ -14,6 +14,7 @@ from taugrid.spec.units import parse_duration, quantity_bytes
 __all__ = [
     "EXPANSION_RULES",
     "STARTER_TAU_YAML",
+    "Capabilities",
     "LoadedSpec",
     "TauSpec",
     "expand_at_launch",
@@ -22,5 +23,7 @@ __all__ = [
     "load_spec",
     "parse_duration",
     "quantity_bytes",
+    "refusal",
+    "refusals",
     "spec_from_command",
 ]

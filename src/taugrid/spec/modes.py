@@ -1,39 +1,116 @@
-"""Which fields of a spec have no effect in a mode today, so the CLI can say so.
+"""What a server's mode accepts: the one table both sides read.
 
-A table rather than code: when a feature lands, its row goes away.
+A server answers its :class:`Capabilities` (``GET /api/v1/server``, and with every
+``POST /runs/check``); the server refuses a submit with :func:`refusal`, and the CLI
+says the same sentences before anything is sent (``tau validate``) and prints
+:func:`inactive_fields` as notes. A table rather than code: when a feature lands, its
+row goes away or its capability grows. Pure: no I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from taugrid.spec.models import TauSpec
+if TYPE_CHECKING:
+    from taugrid.spec.models import TauSpec
 
 Mode = Literal["local", "cluster"]
-_BOTH: frozenset[Mode] = frozenset(("local", "cluster"))
-_LOCAL: frozenset[Mode] = frozenset(("local",))
+Effect = Literal["refused", "ignored"]
+MODES: tuple[Mode, ...] = ("local", "cluster")
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a server runs: the limits the table below checks a spec against."""
+
+    mode: Mode
+    max_nodes: int  # the most ``nodes`` a run may ask for
+    launchers: frozenset[str]  # the ``launcher`` values it starts
+    images: bool  # whether ``image:`` is honoured (else it has no effect)
+
+    def to_dict(self) -> dict[str, object]:
+        """The wire form (``GET /api/v1/server``'s ``capabilities``)."""
+        return {
+            "mode": self.mode,
+            "max_nodes": self.max_nodes,
+            "launchers": sorted(self.launchers),
+            "images": self.images,
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> Capabilities:
+        """From the wire, tolerantly: unknown keys are ignored, and what is missing or
+        malformed is the mode's default (:data:`LOCAL` for a server that says nothing,
+        as an older one does)."""
+        if not isinstance(data, Mapping):
+            return LOCAL
+        mode = data.get("mode")
+        base = CLUSTER if mode == "cluster" else LOCAL
+        max_nodes = data.get("max_nodes")
+        launchers = data.get("launchers")
+        images = data.get("images")
+        return cls(
+            mode=base.mode,
+            max_nodes=(
+                max_nodes
+                if isinstance(max_nodes, int) and not isinstance(max_nodes, bool) and max_nodes > 0
+                else base.max_nodes
+            ),
+            launchers=(
+                frozenset(launchers)
+                if isinstance(launchers, list) and all(isinstance(x, str) for x in launchers)
+                else base.launchers
+            ),
+            images=images if isinstance(images, bool) else base.images,
+        )
+
+
+LOCAL = Capabilities(
+    "local", max_nodes=1, launchers=frozenset(("command", "torchrun")), images=False
+)
+CLUSTER = Capabilities(
+    "cluster", max_nodes=64, launchers=frozenset(("command", "torchrun", "ray")), images=True
+)
+BY_MODE: dict[Mode, Capabilities] = {"local": LOCAL, "cluster": CLUSTER}
 
 
 @dataclass(frozen=True)
 class _Row:
-    modes: frozenset[Mode]
     field: str  # dotted path into the spec
-    inactive: Callable[[object], bool]  # given the field's value: is it set to no effect?
-    why: str
+    effect: Effect  # refused at submit, or accepted and ignored
+    fires: Callable[[object, Capabilities], bool]  # given the field's value and the caps
+    # What follows "FIELD: " in the sentence; {value}, {mode}, {max_nodes}, {launchers}.
+    says: str
 
 
 _ROWS: tuple[_Row, ...] = (
     _Row(
-        _LOCAL, "image", lambda v: v is not None, "local mode runs in the submitter's environment"
+        "nodes",
+        "refused",
+        lambda v, c: c.max_nodes == 1 and isinstance(v, int) and v > 1,
+        "{value}: {mode} mode runs on one machine; multi-node runs need the Kubernetes mode "
+        "(use nodes: 1, or launcher: torchrun with several processes)",
     ),
-    _Row(_LOCAL, "nodes", lambda v: v != 1, "local mode runs on one machine: refused at submit"),
     _Row(
-        _LOCAL,
+        "nodes",
+        "refused",
+        lambda v, c: c.max_nodes > 1 and isinstance(v, int) and v > c.max_nodes,
+        "{value}: {mode} mode runs at most {max_nodes} nodes a run on this server "
+        "(use nodes: {max_nodes} or fewer)",
+    ),
+    _Row(
         "launcher",
-        lambda v: v == "ray",
-        "local mode starts commands and torchrun, not Ray: refused at submit",
+        "refused",
+        lambda v, c: v not in c.launchers,
+        "{value} is not supported in {mode} mode yet; use {launchers}",
+    ),
+    _Row(
+        "image",
+        "ignored",
+        lambda v, c: v is not None and not c.images,
+        "{value} has no effect in {mode} mode ({mode} mode runs in the submitter's environment)",
     ),
 )
 
@@ -45,12 +122,41 @@ def _value(spec: TauSpec, path: str) -> object:
     return value
 
 
-def inactive_fields(spec: TauSpec, mode: Mode) -> list[str]:
-    """Sentences naming each field that is set but has no effect in ``mode`` today."""
-    sentences = []
+def _either(words: list[str]) -> str:
+    if not words:
+        return "none"
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]
+
+
+def _sentences(spec: TauSpec, caps: Capabilities | Mode, effect: Effect) -> list[str]:
+    c = BY_MODE[caps] if isinstance(caps, str) else caps
+    out = []
     for row in _ROWS:
         value = _value(spec, row.field)
-        if mode in row.modes and row.inactive(value):
+        if row.effect == effect and row.fires(value, c):
             shown = ", ".join(value) if isinstance(value, dict) else value
-            sentences.append(f"{row.field}: {shown} has no effect in {mode} mode ({row.why})")
-    return sentences
+            said = row.says.format(
+                value=shown,
+                mode=c.mode,
+                max_nodes=c.max_nodes,
+                launchers=_either(sorted(c.launchers)),
+            )
+            out.append(f"{row.field}: {said}")
+    return out
+
+
+def refusals(spec: TauSpec, caps: Capabilities | Mode) -> list[str]:
+    """The sentences a server of ``caps`` refuses this spec's submit with (none: it may)."""
+    return _sentences(spec, caps, "refused")
+
+
+def refusal(spec: TauSpec, caps: Capabilities | Mode) -> str | None:
+    """The one message of the submit's ``UsageError`` (every refusal, joined), or None."""
+    found = refusals(spec, caps)
+    return "; ".join(found) if found else None
+
+
+def inactive_fields(spec: TauSpec, caps: Capabilities | Mode) -> list[str]:
+    """Sentences naming each field that is set but has no effect on a server of ``caps``
+    (or of the mode named) today: accepted, and ignored."""
+    return _sentences(spec, caps, "ignored")

@@ -36,8 +36,10 @@ from taugrid.domain.states import (
     cancel_action,
     check_transition,
 )
+from taugrid.domain.stops import StopReason, StopRequest
 from taugrid.errors import Ambiguous, Conflict, IdempotencyKeyReused, NotFound, TauError
 from taugrid.store.db import write_transaction
+from taugrid.store.events import insert_events
 from taugrid.store.tables import attempts, events, runs
 
 Row = dict[str, Any]
@@ -152,7 +154,7 @@ class RunStore:
                     known[key] = run
             if new_rows:
                 conn.execute(_INSERT_RUN, new_rows)
-                conn.execute(_INSERT_EVENT, new_events)
+                insert_events(conn, new_events)
         return results
 
     # -- reads ------------------------------------------------------------------------
@@ -344,7 +346,7 @@ class RunStore:
                 new_events.append(_event(m.run_id, now, RunState(cur["state"]), m.step))
                 out.append(moved)
             if new_events:
-                conn.execute(_INSERT_EVENT, new_events)
+                insert_events(conn, new_events)
         return out
 
     def cancel_many(self, run_ids: Sequence[str]) -> dict[str, Row | TauError]:
@@ -370,7 +372,7 @@ class RunStore:
                     continue
                 out[rid] = self._cancel_one(conn, cur, now, new_events)
             if new_events:
-                conn.execute(_INSERT_EVENT, new_events)
+                insert_events(conn, new_events)
         return out
 
     def _cancel_one(
@@ -424,7 +426,10 @@ class RunStore:
                 "finished_at": None,
                 "exit_code": None,
                 "cancel_requested_at": None,
-                "preempt_requested_at": None,
+                "stop_requested_at": None,
+                "stop_reason": None,
+                "stop_message": None,
+                "stop_fault_at": None,
                 "flavor": None,
                 "next_attempt_at": None,
                 "restarts": 0,  # a person asked: the automatic budget starts again
@@ -434,7 +439,7 @@ class RunStore:
             )
             if res.rowcount != 1:
                 raise Conflict(f"run {run_id} changed state concurrently; retry")
-            conn.execute(_INSERT_EVENT, _event(run_id, now, frm, step))
+            insert_events(conn, _event(run_id, now, frm, step))
         return {**cur, **values}
 
     def note(self, run_id: str, reason: Reason, message: str) -> None:
@@ -443,9 +448,7 @@ class RunStore:
         with write_transaction(self.engine) as conn:
             cur = _current(conn, run_id)
             state = RunState(cur["state"])
-            conn.execute(
-                _INSERT_EVENT, _event(run_id, now, state, Transition(state, reason, message))
-            )
+            insert_events(conn, _event(run_id, now, state, Transition(state, reason, message)))
 
     def update_attempt(self, run_id: str, attempt: int, **values: Any) -> None:
         with write_transaction(self.engine) as conn:
@@ -460,6 +463,34 @@ class RunStore:
         with self.engine.connect() as conn:
             return list(conn.execute(q).scalars())
 
+    def request_stop(self, run_id: str, stop: StopRequest) -> bool:
+        """Record that the control plane stops the run's current attempt, durably, before
+        anything is sent. Only a run with an attempt (ADMITTED or RUNNING) and no
+        person's cancel can get one; a hardware stop replaces a pending preemption or
+        drain (its fault decides where the next attempt resumes), anything else keeps
+        the stop already recorded. False when nothing was written."""
+        active = [RunState.ADMITTED.value, RunState.RUNNING.value]
+        q = (
+            update(runs)
+            .where(
+                runs.c.id == run_id,
+                runs.c.state.in_(active),
+                runs.c.cancel_requested_at.is_(None),
+            )
+            .values(
+                stop_requested_at=stop.requested_at,
+                stop_reason=stop.reason.value,
+                stop_message=stop.message,
+                stop_fault_at=stop.fault_at,
+            )
+        )
+        if stop.reason is not StopReason.HARDWARE:
+            q = q.where(runs.c.stop_reason.is_(None))
+        else:
+            q = q.where(or_(runs.c.stop_reason.is_(None), runs.c.stop_reason != "hardware"))
+        with write_transaction(self.engine) as conn:
+            return conn.execute(q).rowcount == 1
+
     def update_fields(self, run_id: str, **values: Any) -> None:
         with write_transaction(self.engine) as conn:
             conn.execute(update(runs).where(runs.c.id == run_id).values(**values))
@@ -473,7 +504,6 @@ class RunStore:
 # cost ten times the commit itself.
 _MAX_SEQ = select(func.coalesce(func.max(runs.c.queued_seq), 0))
 _INSERT_RUN = insert(runs)
-_INSERT_EVENT = insert(events)
 _INSERT_ATTEMPT = insert(attempts)
 _GET_RUN = select(runs).where(runs.c.id == bindparam("rid"))
 _GET_RUNS = select(runs).where(runs.c.id.in_(bindparam("ids", expanding=True)))
@@ -514,7 +544,7 @@ _SCHEDULING_COLUMNS = [
         "queued_seq",
         "attempt_count",
         "flavor",
-        "preempt_requested_at",
+        "stop_requested_at",
         "cancel_requested_at",
     )
 ]

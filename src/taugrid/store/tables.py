@@ -58,7 +58,9 @@ runs = Table(
     Column("requests", JSON, nullable=True),  # {"gpu": n, "cpu": millicores, "memory": bytes}
     Column("gpu_type", String(63), nullable=True),
     Column("flavor", String(63), nullable=True),  # assigned on admission
-    Column("preempt_requested_at", Float, nullable=True),
+    # A stop the control plane asked for (migration 0006): preemption, hardware fault,
+    # drain or eviction (domain.stops); a person's cancel is cancel_requested_at.
+    Column("stop_requested_at", Float, nullable=True),
     # Records (DESIGN.md 3.7) and automatic restarts.
     Column("experiment_name", String(253), nullable=True),
     Column("experiment", JSON, nullable=True),  # {"name", "group", "tags"}
@@ -68,6 +70,9 @@ runs = Table(
     Column("metrics_last", JSON, nullable=True),  # {"step", "time", "values"}
     Column("restarts", Integer, nullable=False, server_default="0"),
     Column("next_attempt_at", Float, nullable=True),  # while RESTARTING: when to requeue
+    Column("stop_reason", String(16), nullable=True),  # domain.stops.StopReason
+    Column("stop_message", Text, nullable=True),
+    Column("stop_fault_at", Float, nullable=True),  # a hardware stop: when the fault happened
     Index("ix_runs_created_at", "created_at"),
     Index("ix_runs_name_created", "name", "created_at"),
     Index("ix_runs_state", "state"),
@@ -117,6 +122,8 @@ attempts = Table(
     Column("failure_class", String(16), nullable=True),
     Column("message", Text, nullable=True),
     Column("resumed_from", JSON, nullable=True),  # {"step", "path"} given as TAU_RESUME_FROM
+    Column("stop_reason", String(16), nullable=True),  # how it was stopped (migration 0006)
+    Column("fault_at", Float, nullable=True),  # a hardware stop: checkpoints after it are skipped
 )
 
 policies = Table(

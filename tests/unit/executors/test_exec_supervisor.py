@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from taugrid.domain.stops import StopReason
+from taugrid.executors.local.executor import LocalExecutor
 from taugrid.executors.local.files import write_json_atomic
 from taugrid.executors.local.process import (
     pid_alive,
@@ -25,6 +27,7 @@ from taugrid.executors.local.process import (
     start_supervisor,
     supervisor_running,
 )
+from taugrid.ports.executor import AttemptKey
 
 ENV = {"PATH": os.environ.get("PATH", os.defpath), "LC_ALL": "C"}
 
@@ -209,6 +212,25 @@ def test_cancel_escalates_to_sigkill_after_the_grace(tmp_path: Path) -> None:
     assert status["outcome"] == "cancelled"
     assert (status["signal"], status["exit_code"]) == (signal.SIGKILL, 128 + signal.SIGKILL)
     wait_supervisor_gone(pid)
+
+
+@pytest.mark.parametrize("reason", ["hardware", "preempt"])
+def test_the_stop_reason_comes_back_with_the_exit(tmp_path: Path, reason: str) -> None:
+    """The reason the server gave with the stop is what the final status reports (the
+    engine decides requeue or hardware restart from it, not from its own columns)."""
+    attempt = write_launch(tmp_path, TRAP_TERM)
+    pid = start_supervisor(attempt)
+    wait_for(lambda: (tmp_path / "work" / "ready").exists(), what="workload ready")
+    wait_phase(attempt, "running")
+    assert request_cancel(attempt, reason)
+    status = wait_phase(attempt, "exited")
+    assert (status["outcome"], status["stop_reason"]) == ("cancelled", reason)
+    wait_supervisor_gone(pid)
+    where = tmp_path / "runs" / "r" / "attempts" / "0"  # as the executor lays attempts out
+    where.parent.mkdir(parents=True)
+    attempt.rename(where)
+    (obs,) = LocalExecutor(tmp_path / "runs").observe_many([AttemptKey("r", 0)]).values()
+    assert obs.exit is not None and obs.exit.stop_reason == StopReason(reason)
 
 
 def test_cancel_before_the_workload_starts(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from taugrid.executors.local.process import (
     read_status,
     request_cancel,
 )
+from taugrid.ports.executor import AttemptKey
 
 ARGV = [sys.executable, "-I", "-S", str(SUPERVISOR_SCRIPT), forkserver.FLAG, "."]
 
@@ -118,11 +119,10 @@ def test_its_children_are_reaped(client: forkserver.Client, tmp_path: Path) -> N
 def test_executor_names_its_attempts_from_their_directories(tmp_path: Path) -> None:
     ex = LocalExecutor(tmp_path / "runs")
     assert ex.attempt_of(str(tmp_path / "runs" / "train-abcde" / "attempts" / "3")) == (
-        "train-abcde",
-        3,
+        AttemptKey("train-abcde", 3)
     )
     resolved = (tmp_path / "runs").resolve() / "r" / "attempts" / "0"
-    assert ex.attempt_of(str(resolved)) == ("r", 0)
+    assert ex.attempt_of(str(resolved)) == AttemptKey("r", 0)
     for other in (
         tmp_path / "runs" / "r" / "attempts",
         tmp_path / "runs" / "r" / "outputs" / "0",

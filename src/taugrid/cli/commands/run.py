@@ -84,13 +84,17 @@ def command(
         loaded = load([f"workspace={context_ws}"])
 
     check_limits(loaded)  # what the server would refuse, before anything is archived
-    if flags.output != "json":
-        for note in inactive_fields(loaded.spec, "local"):
-            click.echo(f"note: {note}", err=True)
     # git and the workload's Python are looked at while the snapshot is built and sent.
     records = Capture(loaded.workdir, workload_path(loaded.spec.env))
     client = connect()
-    check_submission(client, loaded)  # a missing secret or queue, before any archiving
+    # A missing secret or queue, or what the server's mode refuses (spec/modes.py), before
+    # any archiving; the answer carries the mode's capabilities, for the notes.
+    checked = check_submission(client, loaded)
+    if flags.output != "json":
+        from taugrid.cli.servermode import from_check
+
+        for note in inactive_fields(loaded.spec, from_check(checked)):
+            click.echo(f"note: {note}", err=True)
     digest = upload_snapshot(
         client,
         loaded.workdir,

@@ -1,4 +1,8 @@
-"""Check a tau.yaml without submitting it."""
+"""Check a tau.yaml without submitting it.
+
+Also against the mode of the context's server (never started for this): what that mode
+would refuse at submit is an error, what it would ignore a note.
+"""
 
 from __future__ import annotations
 
@@ -14,8 +18,9 @@ from taugrid.cli.output import emit_json, output_option
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a field.")
 @output_option
 def command(file: Path, sets: tuple[str, ...], output: str) -> None:
-    from taugrid.errors import SpecError
-    from taugrid.spec import inactive_fields, load_spec
+    from taugrid.cli.servermode import for_validate
+    from taugrid.errors import SpecError, UsageError
+    from taugrid.spec import inactive_fields, load_spec, refusal, refusals
 
     try:
         loaded = load_spec(file, list(sets))
@@ -25,7 +30,16 @@ def command(file: Path, sets: tuple[str, ...], output: str) -> None:
         # Machine-readable to the end: editors and CI parse this, on stdout, exit code 2.
         emit_json({"valid": False, "problems": [p.__dict__ for p in exc.problems]})
         raise SystemExit(exc.exit_code) from None
-    notes = inactive_fields(loaded.spec, "local")
+    caps, unchecked = for_validate()
+    mode = caps.mode if caps is not None else None
+    if caps is not None and (refused := refusal(loaded.spec, caps)) is not None:
+        if output != "json":
+            raise UsageError(refused)  # the server's own words: "tau: nodes: 2: ..."
+        emit_json(
+            {"valid": False, "mode": mode, "problems": [], "refused": refusals(loaded.spec, caps)}
+        )
+        raise SystemExit(UsageError.exit_code)
+    notes = inactive_fields(loaded.spec, caps) if caps is not None else []
     if output == "json":
         emit_json(
             {
@@ -34,9 +48,10 @@ def command(file: Path, sets: tuple[str, ...], output: str) -> None:
                 "spec_hash": loaded.spec_hash,
                 "resolved": loaded.resolved,
                 "notes": notes,
+                "mode": mode,
             }
         )
         return
     click.echo(f"{file}: valid (name {loaded.spec.name}, spec hash {loaded.spec_hash[:12]})")
-    for note in notes:
+    for note in [*notes, *([unchecked] if unchecked else [])]:
         click.echo(f"  note: {note}")

@@ -19,27 +19,37 @@ from pathlib import Path
 from typing import Any
 
 from taugrid.domain.outcomes import AttemptExit
-from taugrid.executors.base import LaunchRequest, Observation
+from taugrid.domain.stops import StopReason, parse_stop_reason
 from taugrid.executors.local import isolation, orphans, process
 from taugrid.executors.local.diskguard import RESERVE_FILE
+from taugrid.executors.local.files import read_json
+from taugrid.executors.local.launch import free_port, launch_command
+from taugrid.executors.local.layout import RunLayout
 from taugrid.executors.local.supervisor import CANCEL_FILE
+from taugrid.ports.executor import AttemptKey, Capabilities, LaunchRequest, Observation
+from taugrid.spec.modes import LOCAL
 from taugrid.workdir.snapshot import unpack_snapshot
 
 # A supervisor that has not written its pid this long after launch never started.
 START_DEADLINE_S = 30.0
 
 
-class LocalExecutor:
+class LocalExecutor(RunLayout):
+    """The executor port (``taugrid.ports.executor``) for one machine. Its attempts' files
+    are where it and the local artifact store and log source meet (``RunLayout``)."""
+
     def __init__(
         self,
         runs_root: Path,
         *,
+        snapshots_dir: Path | None = None,
         python: str = sys.executable,
         notify_url: str | None = None,
         token_file: Path | None = None,
         sandbox: isolation.SandboxPolicy | None = None,
     ) -> None:
-        self.runs_root = runs_root
+        super().__init__(runs_root)
+        self.snapshots_dir = snapshots_dir or runs_root.parent / "snapshots"
         self.python = python
         self.notify_url = notify_url
         self.token_file = token_file
@@ -49,70 +59,64 @@ class LocalExecutor:
         # message; a restarted server just says less).
         self._stopped: dict[tuple[str, int], set[int]] = {}
 
-    def run_dir(self, run_id: str) -> Path:
-        return self.runs_root / run_id
+    @property
+    def capabilities(self) -> Capabilities:
+        return LOCAL
 
-    def attempt_dir(self, run_id: str, attempt: int) -> Path:
-        return self.run_dir(run_id) / "attempts" / str(attempt)
+    def location(self, key: AttemptKey) -> str:
+        return str(self.attempt_dir(key.run_id, key.attempt))
 
-    def log_path(self, run_id: str, attempt: int) -> Path:
-        return self.attempt_dir(run_id, attempt) / "output.log"
-
-    def output_dir(self, run_id: str) -> Path:
-        return self.run_dir(run_id) / "outputs"
-
-    def checkpoint_dir(self, run_id: str) -> Path:
-        return self.run_dir(run_id) / "checkpoints"
-
-    def metrics_file(self, run_id: str, attempt: int) -> Path:
-        return self.attempt_dir(run_id, attempt) / "metrics.jsonl"
-
-    def workdir(self, run_id: str) -> Path:
-        return self.run_dir(run_id) / "workdir"
-
-    def attempt_of(self, attempt_dir: str) -> tuple[str, int] | None:
-        """(run id, attempt) of an attempt directory of ours, as a supervisor names it in
-        its status push; None for any other path."""
-        parts = Path(attempt_dir).parts
+    def attempt_of(self, report: str) -> AttemptKey | None:
+        """The attempt of an attempt directory of ours, as a supervisor names it in its
+        status push; None for any other path."""
+        parts = Path(report).parts
         # The supervisor names its directory resolved (process.start_supervisor).
         for root in {self.runs_root.parts, self.runs_root.resolve().parts}:
             if len(parts) == len(root) + 3 and parts[: len(root)] == root:
                 run_id, kind, attempt = parts[len(root) :]
                 if kind == "attempts" and attempt.isdigit() and run_id not in (".", ".."):
-                    return run_id, int(attempt)
+                    return AttemptKey(run_id, int(attempt))
         return None
 
-    def home_dir(self, run_id: str) -> Path:
-        """A sandboxed run's HOME (the server user's own is hidden from it)."""
-        return self.run_dir(run_id) / "home"
-
     def launch(self, req: LaunchRequest) -> None:
+        if self.is_launched(req.key):  # launched before a crash: never a second supervisor
+            return
         workdir = self.workdir(req.run_id)
         if not workdir.exists():
-            unpack_snapshot(req.snapshot, workdir)
+            unpack_snapshot(self.snapshots_dir / f"{req.snapshot_digest}.tar.gz", workdir)
             if self.sandbox is None:  # a sandbox hands the workdir over at every launch
                 isolation.make_private(workdir)  # the archive's 0644/0755: ours alone
         adir = self.attempt_dir(req.run_id, req.attempt)
         adir.mkdir(parents=True, exist_ok=True)
         for d in (self.output_dir(req.run_id), self.checkpoint_dir(req.run_id)):
             d.mkdir(parents=True, exist_ok=True)
-        env, sandbox = req.env, None
+        gpus = list(req.placement.gpus) if req.placement is not None else []
+        # Every launcher runs on this one machine (launch.py): torchrun gets a free port.
+        command, launcher_env = launch_command(
+            req.command,
+            launcher=req.launcher,
+            nodes=req.nodes,
+            gpu_indices=gpus,
+            procs_per_node=req.resources.get("procs_per_node"),
+            master_port=free_port(),
+        )
+        env, sandbox = {**req.env, **launcher_env}, None
         if self.sandbox is not None:
-            env, sandbox = self._sandbox(req, workdir)
+            env, sandbox = self._sandbox(req, workdir, env, command)
         notify = None
         if self.notify_url and self.token_file:
             notify = {"url": self.notify_url, "token_file": str(self.token_file)}
         _write_launch_file(
             adir / "launch.json",
             {
-                "command": req.command,
+                "command": command,
                 "setup": req.setup,
                 "cwd": str(workdir),
                 "env": env,
                 "stop_grace_s": req.stop_grace_s,
                 "timeout_s": req.timeout_s,
                 "outputs": req.outputs,
-                "secret_files": req.secret_files,
+                "secret_files": req.secret_refs,
                 "disk_limit_bytes": req.disk_limit_bytes,
                 "output_dir": str(self.output_dir(req.run_id)),
                 "notify": notify,
@@ -122,7 +126,9 @@ class LocalExecutor:
         )
         process.start_supervisor(adir, python=self.python)
 
-    def _sandbox(self, req: LaunchRequest, workdir: Path) -> tuple[dict[str, str], dict[str, Any]]:
+    def _sandbox(
+        self, req: LaunchRequest, workdir: Path, env: dict[str, str], command: list[str] | str
+    ) -> tuple[dict[str, str], dict[str, Any]]:
         """The sandboxed workload's environment and sandbox; its paths made its own.
 
         It may write its workdir, checkpoints, outputs, a HOME of its own and its metrics
@@ -135,13 +141,22 @@ class LocalExecutor:
         home = self.home_dir(req.run_id)
         home.mkdir(mode=0o700, exist_ok=True)
         metrics = self.metrics_file(req.run_id, req.attempt)
-        env = {**req.env, "HOME": str(home)}
+        env = {**env, "HOME": str(home)}
         dirs = [workdir, self.checkpoint_dir(req.run_id), self.output_dir(req.run_id), home]
         desc = self.sandbox.describe(
-            req.run_id, writable=[*dirs, metrics], chdir=workdir, env=env, command=req.command
+            req.run_id, writable=[*dirs, metrics], chdir=workdir, env=env, command=command
         )
         isolation.hand_over(desc, [metrics])
         return env, desc
+
+    def observe_many(self, keys: list[AttemptKey]) -> dict[AttemptKey, Observation]:
+        out = {}
+        for key in keys:
+            try:
+                out[key] = self.observe(key.run_id, key.attempt)
+            except Exception as exc:  # the workload controls these files: never raise
+                out[key] = _lost(f"the attempt's status could not be read: {exc}")
+        return out
 
     def observe(self, run_id: str, attempt: int) -> Observation:
         adir = self.attempt_dir(run_id, attempt)
@@ -198,11 +213,22 @@ class LocalExecutor:
         why = "the run's supervisor exited without recording the result"
         if (adir / CANCEL_FILE).exists():
             done = "its supervisor had vanished" + (f"; {detail}" if detail else "")
+            try:
+                asked = read_json(adir / CANCEL_FILE)
+            except (OSError, ValueError):
+                asked = None
+            if not isinstance(asked, dict):
+                asked = {}
             return Observation(
                 phase="exited",
                 started_at=status.get("started_at"),
                 finished_at=time.time(),
-                exit=AttemptExit(outcome="cancelled", exit_code=None, detail=done),
+                exit=AttemptExit(
+                    outcome="cancelled",
+                    exit_code=None,
+                    detail=done,
+                    stop_reason=parse_stop_reason(asked.get("reason")),
+                ),
             )
         return Observation(
             phase="exited",
@@ -211,11 +237,11 @@ class LocalExecutor:
             exit=AttemptExit(outcome="lost", exit_code=None, error=why, detail=detail),
         )
 
-    def is_launched(self, run_id: str, attempt: int) -> bool:
-        return (self.attempt_dir(run_id, attempt) / "launch.json").exists()
+    def is_launched(self, key: AttemptKey) -> bool:
+        return (self.attempt_dir(key.run_id, key.attempt) / "launch.json").exists()
 
-    def cancel(self, run_id: str, attempt: int) -> bool:
-        return process.request_cancel(self.attempt_dir(run_id, attempt))
+    def stop(self, key: AttemptKey, reason: StopReason) -> bool:
+        return process.request_cancel(self.attempt_dir(key.run_id, key.attempt), reason.value)
 
 
 def _write_launch_file(path: Path, data: dict[str, Any]) -> None:
@@ -251,6 +277,7 @@ def _exited(status: dict[str, Any]) -> Observation:
             error=status.get("error"),
             oom=oom if isinstance(oom, bool) else None,
             detail=detail if isinstance(detail, str) else None,
+            stop_reason=parse_stop_reason(status.get("stop_reason")),
         ),
     )
 

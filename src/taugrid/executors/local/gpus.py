@@ -7,15 +7,22 @@ Behind a small probe interface so tests and CPU-only machines declare GPUs inste
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 from typing import Protocol
 
+from taugrid.ports.devices import Gpu, gpus_of_type, short_gpu_type
 
-@dataclass(frozen=True)
-class Gpu:
-    index: int
-    uuid: str
-    name: str  # e.g. "NVIDIA H100 80GB HBM3"; declared GPUs are named "declared"
+__all__ = [
+    "DeclaredGpus",
+    "Gpu",
+    "GpuProbe",
+    "LocalDeviceInventory",
+    "NvmlGpus",
+    "gpus_of_type",
+    "probe_gpus",
+    "short_gpu_type",
+]
 
 
 class GpuProbe(Protocol):
@@ -76,25 +83,34 @@ def machine_memory_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def gpus_of_type(gpus: list[Gpu], gpu_type: str | None) -> list[Gpu]:
-    """GPUs a flavor with this ``gpu_type`` covers: a case-insensitive match on the name
-    ("h100" covers "NVIDIA H100 80GB HBM3"); declared GPUs and ``None`` cover all."""
-    if gpu_type is None:
-        return list(gpus)
-    t = gpu_type.lower()
-    return [g for g in gpus if g.name == "declared" or t in g.name.lower()]
+class LocalDeviceInventory:
+    """The device inventory port over this machine's GPUs, probed once at start (NVML or
+    declared), with quarantine kept in memory until GPU health records it (issue 13)."""
 
+    def __init__(self, gpus: list[Gpu]) -> None:
+        self._gpus = list(gpus)
+        self._quarantined: dict[int, str] = {}
+        self._version = 0
+        self._lock = threading.Lock()
 
-_VENDOR_WORDS = {"nvidia", "tesla", "geforce", "quadro"}
+    @property
+    def version(self) -> int:
+        return self._version
 
+    def devices(self) -> list[Gpu]:
+        return list(self._gpus)
 
-def short_gpu_type(name: str) -> str:
-    """The ``gpu_type`` people write for a GPU model name, as flavors use it:
-    "NVIDIA H100 80GB HBM3" -> "h100", "NVIDIA A100-SXM4-80GB" -> "a100",
-    "NVIDIA GeForce RTX 4090" -> "rtx-4090"."""
-    words = [w for w in name.lower().replace("-", " ").split() if w not in _VENDOR_WORDS]
-    if not words:
-        return "gpu"
-    if words[0] in ("rtx", "gtx") and len(words) > 1:
-        return f"{words[0]}-{words[1]}"
-    return words[0]
+    def quarantined(self) -> dict[int, str]:
+        with self._lock:
+            return dict(self._quarantined)
+
+    def quarantine(self, index: int, why: str) -> None:
+        with self._lock:
+            if self._quarantined.get(index) != why:
+                self._quarantined[index] = why
+                self._version += 1
+
+    def release(self, index: int) -> None:
+        with self._lock:
+            if self._quarantined.pop(index, None) is not None:
+                self._version += 1

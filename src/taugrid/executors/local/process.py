@@ -175,7 +175,7 @@ def supervisor_running(attempt_dir: Path) -> bool:
     return pid is not None and is_supervisor_of(pid, attempt_dir)
 
 
-def request_cancel(attempt_dir: Path) -> bool:
+def request_cancel(attempt_dir: Path, reason: str = "cancel") -> bool:
     """Ask the attempt's supervisor to stop the workload; False if it is already gone.
 
     Writes ``cancel`` first, then SIGTERMs the supervisor. A supervisor still starting
@@ -186,7 +186,8 @@ def request_cancel(attempt_dir: Path) -> bool:
     status = read_status(attempt_dir)
     if status is not None and status.get("phase") == "exited":
         return False
-    write_json_atomic(attempt_dir / CANCEL_FILE, {"requested_at": time.time()})
+    # The reason rides in the file: the supervisor reports it back with the exit.
+    write_json_atomic(attempt_dir / CANCEL_FILE, {"requested_at": time.time(), "reason": reason})
     pid = read_supervisor_pid(attempt_dir)
     if pid is None:
         return True

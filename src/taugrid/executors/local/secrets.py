@@ -38,7 +38,6 @@ import os
 import re
 import stat
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from taugrid.domain.secret_refs import (
@@ -48,11 +47,13 @@ from taugrid.domain.secret_refs import (
     check_workspace,
     not_set_message,
     ref_problem,
-    set_command,
 )
 from taugrid.errors import NotFound, UsageError
 from taugrid.executors.local.files import fsync_dir
 from taugrid.home import tau_home
+from taugrid.ports.secrets import SecretEntry, SecretScope
+
+__all__ = ["LocalSecretStore", "SecretEntry", "SecretScope", "secret_files", "user_on_disk"]
 
 MAX_NAME_ON_DISK = 200  # below NAME_MAX (255) with room for the temp-file prefix
 DIR_MODE = 0o700
@@ -81,33 +82,6 @@ def user_on_disk(user: str) -> str:
     if len(name) > MAX_NAME_ON_DISK:
         return "#" + hashlib.sha256(user.encode("utf-8", "surrogatepass")).hexdigest()
     return name
-
-
-@dataclass(frozen=True)
-class SecretScope:
-    """Whose secrets: a workspace's (``owner`` None) or one user's personal ones in it."""
-
-    workspace: str
-    owner: str | None = None
-
-    @property
-    def kind(self) -> str:
-        return "workspace" if self.owner is None else "personal"
-
-    def __str__(self) -> str:
-        if self.owner is None:
-            return f"workspace {self.workspace!r}"
-        return f"{self.owner}'s personal secrets in workspace {self.workspace!r}"
-
-
-@dataclass(frozen=True)
-class SecretEntry:
-    """What may be shown about a secret: its reference, scope and when it was last set."""
-
-    ref: str
-    updated_at: float
-    scope: str = "workspace"  # workspace | personal
-    owner: str | None = None
 
 
 class LocalSecretStore:
@@ -231,6 +205,18 @@ class LocalSecretStore:
         return True
 
     # -- the flat layout of before workspaces -------------------------------------------------
+    def workload_refs(
+        self,
+        workspace: str,
+        user: str | None,
+        spec_secrets: Mapping[str, str],
+        *,
+        must_exist: bool = True,
+    ) -> dict[str, str]:
+        """The secret store port's hand-over: each env name -> the file the supervisor
+        reads the value from (``secret_files``)."""
+        return secret_files(self, workspace, user, spec_secrets, must_exist=must_exist)
+
     def migrate_flat_layout(self, workspace: str = DEFAULT_WORKSPACE) -> int:
         """Move secrets of the old flat layout (files directly in the store) into
         ``workspace``'s directory; the number moved. Safe to run at every start.
@@ -313,29 +299,6 @@ def _merge_into(staging: Path, target: Path) -> None:
             os.replace(src, dst)
     fsync_dir(target)
     os.rmdir(staging)
-
-
-def require_secrets(
-    store: LocalSecretStore,
-    workspace: str,
-    user: str | None,
-    spec_secrets: Mapping[str, str],
-    *,
-    personal: bool = False,
-) -> None:
-    """Submit-time check: :class:`UsageError` naming every reference that resolves to
-    nothing for a run of ``workspace`` by ``user``, with the commands that set them
-    (``--personal`` ones when ``personal``: the submitter may not set workspace secrets)."""
-    missing = store.missing(workspace, user, spec_secrets.values())
-    if not missing:
-        return
-    if len(missing) == 1:
-        raise UsageError(not_set_message(missing[0], workspace, personal=personal))
-    commands = "; ".join(set_command(ref, workspace, personal=personal) for ref in missing)
-    names = ", ".join(repr(ref) for ref in missing)
-    raise UsageError(
-        f"secrets {names} are not set in workspace {workspace!r}; set them with: {commands}"
-    )
 
 
 def secret_files(

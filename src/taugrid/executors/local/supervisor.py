@@ -242,8 +242,21 @@ class Supervisor:
             "outcome": outcome,
             "missing_outputs": [],
         }
+        if outcome == "cancelled":
+            status["stop_reason"] = self.stop_reason()
         status.update(fields)
         return status
+
+    def stop_reason(self) -> str | None:
+        """Why the server stopped the workload, as it wrote it in the cancel file (the
+        engine's StopReason: cancel, preempt, hardware, ...); reported back in the final
+        status so the reason travels with the exit. None from an older server."""
+        try:
+            with open(self.path(CANCEL_FILE), encoding="utf-8") as f:
+                reason = json.load(f).get("reason")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return reason if isinstance(reason, str) else None
 
     def run(self) -> int:
         self.install_signals()

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from taugrid.errors import NotFound
-from taugrid.server.safe_files import open_beneath
+from taugrid.executors.local.safe_open import open_beneath
 
 
 def _read(fd: int) -> bytes:

@@ -1,0 +1,58 @@
+"""The device inventory port: the GPUs runs can be given, which can change at run time
+(a GPU appears or vanishes, the health monitor quarantines one).
+
+Contract: ``devices`` is cheap (the engine reads it every scheduling pass) and ``version``
+changes whenever the answer of ``devices`` or ``quarantined`` would; ``quarantine`` and
+``release`` are idempotent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    uuid: str
+    name: str  # e.g. "NVIDIA H100 80GB HBM3"; declared GPUs are named "declared"
+
+
+class DeviceInventory(Protocol):
+    @property
+    def version(self) -> int: ...
+
+    def devices(self) -> list[Gpu]: ...
+
+    def quarantined(self) -> dict[int, str]:
+        """GPU index -> why it is out of service."""
+        ...
+
+    def quarantine(self, index: int, why: str) -> None: ...
+
+    def release(self, index: int) -> None: ...
+
+
+def gpus_of_type(gpus: list[Gpu], gpu_type: str | None) -> list[Gpu]:
+    """GPUs a flavor with this ``gpu_type`` covers: a case-insensitive match on the name
+    ("h100" covers "NVIDIA H100 80GB HBM3"); declared GPUs and ``None`` cover all."""
+    if gpu_type is None:
+        return list(gpus)
+    t = gpu_type.lower()
+    return [g for g in gpus if g.name == "declared" or t in g.name.lower()]
+
+
+_VENDOR_WORDS = {"nvidia", "tesla", "geforce", "quadro"}
+
+
+def short_gpu_type(name: str) -> str:
+    """The ``gpu_type`` people write for a GPU model name, as flavors use it:
+    "NVIDIA H100 80GB HBM3" -> "h100", "NVIDIA A100-SXM4-80GB" -> "a100",
+    "NVIDIA GeForce RTX 4090" -> "rtx-4090"."""
+    words = [w for w in name.lower().replace("-", " ").split() if w not in _VENDOR_WORDS]
+    if not words:
+        return "gpu"
+    if words[0] in ("rtx", "gtx") and len(words) > 1:
+        return f"{words[0]}-{words[1]}"
+    return words[0]

@@ -1,0 +1,143 @@
+"""Starting admitted attempts, off the engine's thread.
+
+A launch can take seconds: finding the resume point hashes the checkpoint (about 1 s per
+GiB) and the local executor unpacks the code snapshot. Done in the engine's pass, that
+would hold up every other run's transitions; here one thread of its own does it, in
+admission order. The engine hands over an attempt once its admission is durable, skips
+it while it is in flight, and applies a failed start as a decision on its next pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+
+from taugrid.domain.states import Reason
+from taugrid.ports.artifacts import ArtifactStore
+from taugrid.ports.executor import AttemptKey, Executor, LaunchRequest, Placement
+from taugrid.ports.secrets import SecretStore
+from taugrid.server.diskspace import run_disk_limit
+from taugrid.server.launching import find_resume, launch_request
+from taugrid.store.runs import Row, RunStore
+
+log = logging.getLogger("taugrid.engine")
+
+
+class AttemptStarter:
+    """``inline``: start in the caller's thread (in-process tests that step the engine
+    by hand; the server always starts in the background)."""
+
+    def __init__(
+        self,
+        store: RunStore,
+        executor: Executor,
+        artifacts: ArtifactStore,
+        secrets: SecretStore,
+        *,
+        run_disk_limit_bytes: int | None = None,
+        on_done: Callable[[], None] = lambda: None,
+        inline: bool = False,
+    ) -> None:
+        self.store = store
+        self.executor = executor
+        self.artifacts = artifacts
+        self.secrets = secrets
+        self.run_disk_limit_bytes = run_disk_limit_bytes  # when resources.disk is not set
+        self.on_done = on_done  # wakes the engine: a start that failed is its to apply
+        self.inline = inline
+        self._lock = threading.Lock()
+        self._in_flight: set[AttemptKey] = set()
+        self._failed: dict[AttemptKey, str] = {}
+        self._queue: queue.SimpleQueue[tuple[Row, int] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def start(self, run: Row, attempt: int) -> None:
+        """Start ``attempt`` of ``run`` (a full row) unless it is already being started."""
+        key = AttemptKey(run["id"], attempt)
+        with self._lock:
+            if key in self._in_flight:
+                return
+            self._in_flight.add(key)
+        if self.inline:
+            self._start(run, attempt)
+            return
+        self._queue.put((run, attempt))
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._work, name="tau-launch", daemon=True)
+                self._thread.start()
+
+    def in_flight(self, key: AttemptKey) -> bool:
+        with self._lock:
+            return key in self._in_flight
+
+    def take_failures(self) -> dict[AttemptKey, str]:
+        """Starts that failed since the last call: key -> why, for the engine to apply."""
+        with self._lock:
+            failed, self._failed = self._failed, {}
+        return failed
+
+    def close(self) -> None:
+        self._queue.put(None)
+
+    def _work(self) -> None:
+        while (item := self._queue.get()) is not None:
+            self._start(*item)
+
+    def _start(self, run: Row, attempt: int) -> None:
+        key = AttemptKey(run["id"], attempt)
+        try:
+            self.executor.launch(self._request(run, attempt))
+        except Exception as exc:  # a run that cannot start must fail visibly, not hang
+            log.exception("launch of %s failed", run["id"])
+            with self._lock:
+                self._failed[key] = str(exc)
+        finally:
+            with self._lock:
+                self._in_flight.discard(key)
+            self.on_done()
+
+    def _request(self, run: Row, attempt: int) -> LaunchRequest:
+        att = self.store.attempt(run["id"], attempt)
+        record = att["placement"] if att else {}
+        placement = Placement(
+            flavor=record.get("flavor") or "",
+            gpus=tuple(record.get("gpus") or ()),
+            host=record.get("host") or "local",
+            nodes=tuple(record.get("nodes") or ()),
+        )
+        # A hardware stop of the attempt before: checkpoints written after the fault are
+        # not trusted (the GPU may have corrupted them before anyone noticed).
+        before = self.store.attempt(run["id"], attempt - 1) if attempt > 0 else None
+        fault_at = before.get("fault_at") if before else None
+        resume = find_resume(self.artifacts, run["id"], fault_at)
+        for info in resume.skipped:
+            self.store.note(
+                run["id"],
+                Reason.CHECKPOINT_SKIPPED,
+                f"checkpoint step {info.step} skipped for attempt {attempt}: {info.problem}",
+            )
+        if resume.best is not None:
+            self.store.update_attempt(
+                run["id"],
+                attempt,
+                resumed_from={"step": resume.best.step, "path": str(resume.best.path)},
+            )
+            log.info("%s attempt %d resumes from step %d", run["id"], attempt, resume.best.step)
+        spec = run["spec_resolved"]
+        return launch_request(
+            run,
+            attempt,
+            placement,
+            self.artifacts.workload_paths(AttemptKey(run["id"], attempt)),
+            resume.resume_from,
+            # Each reference resolves among the submitter's personal secrets in the run's
+            # workspace, then the workspace's: never another workspace's. A secret
+            # deleted since submit fails the attempt where it starts.
+            self.secrets.workload_refs(
+                run["workspace"], run["submitter"], spec.get("secrets") or {}, must_exist=False
+            ),
+            run_disk_limit(spec, self.run_disk_limit_bytes),
+        )
