@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import World, make_world
+from engine_world import World, make_world
+
 from taugrid.domain.stops import StopReason
 
 

@@ -1,5 +1,5 @@
-"""The artifact store port: what a run leaves behind (checkpoints, outputs, metrics) and
-the code snapshots it starts from.
+"""The artifact store port: what a run leaves behind (checkpoints, outputs, metrics), the
+code snapshots it starts from, and their retention.
 
 Contract: reads never follow what the workload could have swapped in (a symlink, a fifo)
 and never block on the workload; a missing thing is ``NotFound`` (``taugrid.errors``) or
@@ -17,7 +17,7 @@ from typing import BinaryIO, Protocol
 from taugrid.ports.executor import AttemptKey
 from taugrid.sdk.checkpoint import CheckpointInfo
 
-__all__ = ["ArtifactStore", "CheckpointInfo", "OpenedFile", "WorkloadPaths"]
+__all__ = ["ArtifactStore", "CheckpointInfo", "OpenedFile", "SnapshotUpload", "WorkloadPaths"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,20 @@ class OpenedFile:
             self.file.close()
 
 
+class SnapshotUpload(Protocol):
+    """One code snapshot on its way in: ``write`` the body piece by piece (refused past
+    the size limit), then ``finish`` (refused unless the bytes are the digest and a safe
+    archive; durable once it returns); ``discard`` removes what is left (always call it)."""
+
+    digest: str
+
+    def write(self, data: bytes) -> None: ...
+
+    def finish(self) -> None: ...
+
+    def discard(self) -> None: ...
+
+
 class ArtifactStore(Protocol):
     def workload_paths(self, key: AttemptKey) -> WorkloadPaths: ...
 
@@ -73,6 +87,20 @@ class ArtifactStore(Protocol):
     def read_metrics(self, key: AttemptKey, offset: int, limit: int) -> bytes:
         """Up to ``limit`` bytes of the attempt's metrics lines from ``offset``; b"" when
         there are none (yet)."""
+        ...
+
+    # -- code snapshots, content-addressed by the sha256 of the archive ------------------
+    def snapshot_exists(self, digest: str) -> bool:
+        """Whether the snapshot is stored; ``UsageError`` for a malformed digest."""
+        ...
+
+    def begin_snapshot(self, digest: str, declared_bytes: int | None) -> SnapshotUpload:
+        """An upload of ``digest``; a declared length over the limit is refused before a
+        byte of the body is read (``SnapshotTooLarge``)."""
+        ...
+
+    def open_snapshot(self, digest: str) -> OpenedFile:
+        """The archive's bytes (``NotFound`` when it is not stored)."""
         ...
 
     def release_workdir(self, run_id: str) -> None:

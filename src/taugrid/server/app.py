@@ -109,7 +109,6 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
             store,
             engine,
             queueing,
-            settings.snapshots_dir,
             secrets=local.secrets,
             artifacts=local.artifacts,
             logs=local.logs,
@@ -221,7 +220,7 @@ def _local_adapters(settings: ServerSettings, public_url: str | None) -> LocalAd
         token_file=token_path(home),
         sandbox=sandbox_policy(settings),  # None: workloads run as the server's user
     )
-    artifacts = LocalArtifactStore(executor)
+    artifacts = LocalArtifactStore(executor, settings.snapshots_dir)
     artifacts.look_for_leftovers()  # workdirs a previous server set aside, in the background
     secrets = LocalSecretStore(home / "secrets")
     if moved := secrets.migrate_flat_layout():  # secrets of before workspaces

@@ -37,7 +37,7 @@ class AttemptStarter:
         secrets: SecretStore,
         *,
         run_disk_limit_bytes: int | None = None,
-        on_done: Callable[[], None] = lambda: None,
+        on_wanted: Callable[[str], None] = lambda run_id: None,
         inline: bool = False,
     ) -> None:
         self.store = store
@@ -45,10 +45,12 @@ class AttemptStarter:
         self.artifacts = artifacts
         self.secrets = secrets
         self.run_disk_limit_bytes = run_disk_limit_bytes  # when resources.disk is not set
-        self.on_done = on_done  # wakes the engine: a start that failed is its to apply
+        # Asks the engine to look at a run soon: a start that failed, or one it passed over.
+        self.on_wanted = on_wanted
         self.inline = inline
         self._lock = threading.Lock()
         self._in_flight: set[AttemptKey] = set()
+        self._passed_over: set[AttemptKey] = set()  # looked at by the engine while in flight
         self._failed: dict[AttemptKey, str] = {}
         self._queue: queue.SimpleQueue[tuple[Row, int] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
@@ -70,8 +72,13 @@ class AttemptStarter:
                 self._thread.start()
 
     def in_flight(self, key: AttemptKey) -> bool:
+        """Whether the attempt is being started; the engine passes it over meanwhile, and
+        is asked to look again when the start is done."""
         with self._lock:
-            return key in self._in_flight
+            if key in self._in_flight:
+                self._passed_over.add(key)
+                return True
+            return False
 
     def take_failures(self) -> dict[AttemptKey, str]:
         """Starts that failed since the last call: key -> why, for the engine to apply."""
@@ -94,10 +101,19 @@ class AttemptStarter:
             log.exception("launch of %s failed", run["id"])
             with self._lock:
                 self._failed[key] = str(exc)
-        finally:
+                self._in_flight.discard(key)
+                self._passed_over.discard(key)
+            self.on_wanted(key.run_id)  # the engine applies the failure on its next pass
+        else:
+            # A launch that worked needs no pass of its own (the attempt reports itself),
+            # unless the engine looked at the run while it was in flight and passed it
+            # over: its "running" may have come in meanwhile.
             with self._lock:
                 self._in_flight.discard(key)
-            self.on_done()
+                missed = key in self._passed_over
+                self._passed_over.discard(key)
+            if missed:
+                self.on_wanted(key.run_id)
 
     def _request(self, run: Row, attempt: int) -> LaunchRequest:
         att = self.store.attempt(run["id"], attempt)

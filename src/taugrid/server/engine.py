@@ -95,7 +95,7 @@ class RunEngine:
             artifacts,
             secrets,
             run_disk_limit_bytes=run_disk_limit_bytes,
-            on_done=lambda: self.wake(reschedule=False),
+            on_wanted=self._look_again,
             inline=starts_inline,
         )
         self.housekeeping = Housekeeping(store, artifacts, retention_s, clock)
@@ -159,6 +159,11 @@ class RunEngine:
             return
         with self._reported_lock:
             self._reported.add(found.run_id)
+        self._wake.set()
+
+    def _look_again(self, run_id: str) -> None:
+        with self._reported_lock:
+            self._reported.add(run_id)
         self._wake.set()
 
     def request_stop(

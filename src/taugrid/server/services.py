@@ -5,8 +5,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from pydantic import ValidationError
 
@@ -37,7 +36,7 @@ from taugrid.errors import (
     UsageError,
 )
 from taugrid.osuser import current_user
-from taugrid.ports.artifacts import ArtifactStore, CheckpointInfo, OpenedFile
+from taugrid.ports.artifacts import ArtifactStore, CheckpointInfo, OpenedFile, SnapshotUpload
 from taugrid.ports.logs import LogSource
 from taugrid.ports.secrets import SecretStore
 from taugrid.server.engine import RunEngine
@@ -47,7 +46,6 @@ from taugrid.server.queueing import Queueing
 from taugrid.server.run_files import metrics_series
 from taugrid.server.schemas import SubmitRequest
 from taugrid.server.snapshot_listing import Member, SnapshotListings
-from taugrid.server.snapshots import SnapshotFiles, SnapshotUpload
 from taugrid.server.submission import check_idempotency_key, check_limits, checked_spec_hash
 from taugrid.spec import TauSpec
 from taugrid.spec.modes import LOCAL, Capabilities, refusal
@@ -65,7 +63,6 @@ class RunService:
         store: RunStore,
         engine: RunEngine,
         queueing: Queueing,
-        snapshots_dir: Path,
         *,
         secrets: SecretStore,
         artifacts: ArtifactStore,
@@ -82,8 +79,6 @@ class RunService:
         self.files = artifacts  # the artifact store: checkpoints, outputs, metrics
         self.logs = logs
         self.engine = engine
-        self.snapshots_dir = snapshots_dir
-        self.snapshot_files = SnapshotFiles(snapshots_dir)
         self.snapshot_records = SnapshotRecords(store.engine)
         self.snapshot_listings = SnapshotListings()
 
@@ -109,11 +104,11 @@ class RunService:
     # caller can read; anyone with the bytes may upload them for a workspace where they
     # may submit (the server hashes them again, and keeps one file).
     def has_snapshot(self, digest: str, workspace: str) -> bool:
-        self.snapshot_files.path(digest)  # a malformed digest is a 400, not a "no"
+        exists = self.files.snapshot_exists(digest)  # a malformed digest is a 400, not a "no"
         return (
             can_read(self.caller, workspace)
             and self.snapshot_records.uploaded_for(digest, workspace)
-            and self.snapshot_files.exists(digest)
+            and exists
         )
 
     def start_snapshot_upload(
@@ -124,7 +119,7 @@ class RunService:
         if not is_workspace_name(workspace):
             raise UsageError("workspace must be a workspace name (lowercase, at most 63)")
         self._check_submit(workspace)
-        return self.snapshot_files.begin(digest, declared_bytes)
+        return self.files.begin_snapshot(digest, declared_bytes)
 
     def finish_snapshot_upload(self, upload: SnapshotUpload, workspace: str) -> None:
         """Verify and keep the bytes, then record the digest for ``workspace``; both are
@@ -137,17 +132,20 @@ class RunService:
         read the run (``tau diff``): run id, digest, members."""
         run = self._resolve(ref)
         digest = str(run["snapshot_digest"])
-        path = self.snapshot_files.path(digest)
-        if not path.is_file():
+        if not self.files.snapshot_exists(digest):
             raise NotFound(f"the code snapshot of run {run['id']} is not on this server")
-        return run["id"], digest, self.snapshot_listings.get(digest, path)
+
+        def archive() -> IO[bytes]:
+            return self.files.open_snapshot(digest).file
+
+        return run["id"], digest, self.snapshot_listings.get(digest, archive)
 
     def _check_snapshot(self, digest: str, workspace: str, known: set[tuple[str, str]]) -> None:
         if (digest, workspace) in known:
             return
         if not (
             self.snapshot_records.uploaded_for(digest, workspace)
-            and self.snapshot_files.exists(digest)
+            and self.files.snapshot_exists(digest)
         ):
             raise UsageError(f"snapshot {digest[:12]} was not uploaded to workspace {workspace}")
         known.add((digest, workspace))

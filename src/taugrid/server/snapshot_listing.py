@@ -15,8 +15,9 @@ import tarfile
 import threading
 import zlib
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from taugrid.domain.submit_limits import MAX_SNAPSHOT_MEMBERS
 from taugrid.errors import SnapshotInvalid
@@ -31,13 +32,16 @@ _CHUNK = 1 << 20
 Member = dict[str, Any]  # {"path", "type": "file"|"symlink", "size", "sha256"}
 
 
-def list_members(archive: Path) -> list[Member]:
+def list_members(archive: Path | IO[bytes]) -> list[Member]:
     """Files and symlinks of ``archive`` in path order (directories and TauGrid's own
     ``.tau-snapshot/`` metadata left out). A symlink's size is 0 and its sha256 that of
     its target text, so a link pointed elsewhere counts as changed."""
     out: list[Member] = []
     try:
-        with tarfile.open(archive, "r|gz") as tar:
+        where: dict[str, Any] = (
+            {"name": archive} if isinstance(archive, Path) else {"fileobj": archive}
+        )
+        with tarfile.open(mode="r|gz", **where) as tar:
             while (member := tar.next()) is not None:
                 tar.members.clear()  # type: ignore[attr-defined]  # headers read so far
                 name = member.name.rstrip("/")
@@ -80,12 +84,19 @@ class SnapshotListings:
         self._lock = threading.Lock()
         self._cache: OrderedDict[str, list[Member]] = OrderedDict()
 
-    def get(self, digest: str, archive: Path) -> list[Member]:
+    def get(self, digest: str, archive: Path | Callable[[], IO[bytes]]) -> list[Member]:
+        """The listing of ``digest``, from the cache or read from ``archive`` (a path, or
+        a function that opens the archive: it is opened only when not cached)."""
         with self._lock:
             if digest in self._cache:
                 self._cache.move_to_end(digest)
                 return self._cache[digest]
-        listing = list_members(archive)  # outside the lock: other digests go on meanwhile
+        # Outside the lock: other digests go on meanwhile.
+        if isinstance(archive, Path):
+            listing = list_members(archive)
+        else:
+            with archive() as f:
+                listing = list_members(f)
         with self._lock:
             self._cache[digest] = listing
             self._cache.move_to_end(digest)

@@ -133,8 +133,10 @@ def test_every_end_clears_the_stop_and_a_cancel_never_restarts(
     assert {k: first.fields.get(k) for k in STOP_CLEARED} == dict(STOP_CLEARED)
     if cancelled:
         assert all(s.to != S.RESTARTING for s in d.steps)
-    if reason is StopReason.HARDWARE and outcome != "succeeded" and not (
-        cancelled and outcome == "cancelled"
+    if (
+        reason is StopReason.HARDWARE
+        and outcome != "succeeded"
+        and not (cancelled and outcome == "cancelled")
     ):
         assert first.attempt_update is not None
         assert first.attempt_update["failure_class"] == "hardware"

@@ -22,6 +22,7 @@ from typing import IO
 from taugrid.errors import NotFound
 from taugrid.executors.local.layout import RunLayout
 from taugrid.executors.local.safe_open import open_beneath
+from taugrid.executors.local.snapshot_store import SnapshotFiles, SnapshotUpload
 from taugrid.ports.artifacts import OpenedFile, WorkloadPaths
 from taugrid.ports.executor import AttemptKey
 from taugrid.sdk.checkpoint import CheckpointInfo, list_checkpoints, newest_verified
@@ -32,8 +33,10 @@ REMOVING_PREFIX = ".workdir.removing."
 
 
 class LocalArtifactStore:
-    def __init__(self, layout: RunLayout) -> None:
+    def __init__(self, layout: RunLayout, snapshots_dir: Path | None = None) -> None:
         self.layout = layout
+        # ``$TAU_HOME/snapshots`` beside the runs (the local executor unpacks from there).
+        self.snapshots = SnapshotFiles(snapshots_dir or layout.runs_root.parent / "snapshots")
         self._removals: queue.SimpleQueue[Path | None] = queue.SimpleQueue()
         self._remover: threading.Thread | None = None
         self._remover_lock = threading.Lock()
@@ -91,6 +94,16 @@ class LocalArtifactStore:
                 return b""
             f.seek(offset)
             return f.read(limit)
+
+    # -- code snapshots -------------------------------------------------------------------
+    def snapshot_exists(self, digest: str) -> bool:
+        return self.snapshots.exists(digest)
+
+    def begin_snapshot(self, digest: str, declared_bytes: int | None) -> SnapshotUpload:
+        return self.snapshots.begin(digest, declared_bytes)
+
+    def open_snapshot(self, digest: str) -> OpenedFile:
+        return self.snapshots.open(digest)
 
     # -- removal --------------------------------------------------------------------------
     def release_workdir(self, run_id: str) -> None:

@@ -1,6 +1,7 @@
-"""Code snapshot files on the server: an upload is streamed to a temporary file while it
-is hashed, refused the moment it passes the size limit, checked as an archive, and only
-then stored, once, under its sha256 (``<root>/<sha256>.tar.gz``).
+"""Code snapshots on this machine's disk, for the local artifact store: an upload is
+streamed to a temporary file while it is hashed, refused the moment it passes the size
+limit, checked as an archive, and only then stored, once, under its sha256
+(``<root>/<sha256>.tar.gz``).
 
 Nothing here holds an upload in memory: the route hands the body over piece by piece as
 the server receives it (tens of KiB each).
@@ -15,8 +16,9 @@ import tempfile
 from pathlib import Path
 
 from taugrid.domain.submit_limits import MAX_SNAPSHOT_BYTES
-from taugrid.errors import SnapshotTooLarge, UsageError
+from taugrid.errors import NotFound, SnapshotTooLarge, UsageError
 from taugrid.fsdurable import fsync_dir
+from taugrid.ports.artifacts import OpenedFile
 from taugrid.workdir.snapshot import check_archive
 
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
@@ -46,6 +48,13 @@ class SnapshotFiles:
 
     def exists(self, digest: str) -> bool:
         return self.path(digest).is_file()
+
+    def open(self, digest: str) -> OpenedFile:
+        try:
+            f = self.path(digest).open("rb")
+        except FileNotFoundError:
+            raise NotFound(f"no code snapshot {digest[:12]} on this server") from None
+        return OpenedFile(f, os.fstat(f.fileno()).st_size)
 
     def begin(self, digest: str, declared_bytes: int | None) -> SnapshotUpload:
         """An upload of ``digest``; a declared length over the limit is refused before a
