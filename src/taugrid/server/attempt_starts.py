@@ -80,6 +80,12 @@ class AttemptStarter:
                 return True
             return False
 
+    def busy(self) -> bool:
+        """Whether a burst of attempts is being started (more than one in flight; one
+        alone is a run somebody waits for, whose "running" must not wait for a pace)."""
+        with self._lock:
+            return len(self._in_flight) > 1
+
     def take_failures(self) -> dict[AttemptKey, str]:
         """Starts that failed since the last call: key -> why, for the engine to apply."""
         with self._lock:
