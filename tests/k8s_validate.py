@@ -42,7 +42,7 @@ import yaml
 from servicecheck import require_service
 
 K8S_VERSION = "1.32"
-_REPO = Path(__file__).resolve().parents[3]
+_REPO = Path(__file__).resolve().parents[1]
 
 
 def _schemas_dir() -> Path:
