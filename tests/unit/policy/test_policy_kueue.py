@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 import yaml
+from policy_samples import ALL, MINIMAL, TAINTS, TWO_COHORTS
+
 from k8s_validate import (
     SCHEMAS,
     crd_path_for,
@@ -20,8 +22,6 @@ from k8s_validate import (
     validate_object,
     validator_for,
 )
-from policy_samples import ALL, MINIMAL, TAINTS, TWO_COHORTS
-
 from taugrid.errors import UsageError
 from taugrid.policy import Policy, default_policy, load_policy_text, render_kueue, to_yaml
 from taugrid.policy.quantities import cpu_millis, memory_bytes
