@@ -18,15 +18,30 @@ The first shape (issue 12, first step): ``nodes: 1`` with ``launcher: command`` 
 - the workload environment as given (DESIGN.md 3.3), secrets as ``secretKeyRef`` (never a
   value);
 - a restricted, non-root security context for the pod and the container.
+
+``launcher: torchrun`` or ``nodes > 1`` (``render_indexed_job``): an Indexed Job
+(completions = parallelism = nodes) and a headless Service whose name is the pods'
+subdomain, so rank 0 has a stable DNS name (``<job>-0.<service>``) before any pod is
+ready: it is ``MASTER_ADDR``. ``NODE_RANK`` is the completion index (from the pod's
+annotation), ``--nproc-per-node`` the GPUs per node (``resources.procs_per_node`` when
+given). torchrun's argv is built as on one machine (``domain.launchers``).
+
+``launcher: ray`` (``render_rayjob``): a KubeRay v1 RayJob with a CPU head and one worker
+group of ``nodes`` pods, each with the run's resources; ``entrypoint`` from ``command``,
+``shutdownAfterJobFinishes: true`` (Kueue's webhook requires it), created suspended, and
+a name that is a DNS-1035 label of at most 47 characters (the operator's rule).
 """
 
 from __future__ import annotations
 
 import math
+import re
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from taugrid.domain.launchers import TORCH_RUN_MODULE, torchrun_target
 from taugrid.errors import UsageError
 from taugrid.policy.quantities import format_cpu, format_memory
 
@@ -39,6 +54,14 @@ NAME_MAX = 63  # the Job's name is also its pods' job-name label value
 # The image's user when it names none: the restricted pod security standard needs a
 # non-root uid, and a number (not a name) for the kubelet to check it.
 DEFAULT_UID = 1000
+MASTER_PORT = 29500  # torchrun's default; every rank of a run has its own pod and IP
+INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+RAYJOB_NAME_MAX = 47  # KubeRay's check: the names of the cluster's objects derive from it
+_DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+RAY_WORKERS = "workers"  # the one worker group ("head" is reserved by Kueue)
+# The head schedules and serves the dashboard; the workers run the entrypoint's tasks.
+RAY_HEAD_CPU_MILLIS = 1000
+RAY_HEAD_MEMORY_BYTES = 2 << 30
 
 
 @dataclass(frozen=True)
@@ -68,6 +91,9 @@ class JobInput:
     stop_grace_s: float = 60.0
     timeout_s: float | None = None
     workdir: str = "/workspace"
+    nodes: int = 1  # pods, one per node (an Indexed Job when > 1 or with torchrun)
+    launcher: str = "command"  # command | torchrun
+    procs_per_node: int | None = None
 
 
 def job_name(run_id: str, attempt: int) -> str:
@@ -92,6 +118,81 @@ def labels(inp: JobInput) -> dict[str, str]:
 
 def render_job(inp: JobInput) -> dict[str, Any]:
     """The Job of one attempt of a ``nodes: 1``, ``launcher: command`` run."""
+    if inp.nodes != 1 or inp.launcher != "command":
+        raise UsageError("render_job renders nodes: 1 with launcher: command only")
+    return _job(inp, _pod_spec(inp))
+
+
+def render_indexed_job(inp: JobInput) -> list[dict[str, Any]]:
+    """The headless Service and the Indexed Job of one attempt of a ``launcher: torchrun``
+    or ``nodes > 1`` run, in the order they are created."""
+    if inp.launcher not in ("command", "torchrun"):
+        raise UsageError(f"launcher {inp.launcher!r} is not rendered as an Indexed Job")
+    if inp.nodes < 1:
+        raise UsageError(f"nodes must be at least 1 (got {inp.nodes})")
+    name = job_name(inp.run_id, inp.attempt)
+    if len(f"{name}-{inp.nodes - 1}") > NAME_MAX:  # each pod's hostname is <job>-<index>
+        raise UsageError(
+            f"run id {inp.run_id!r} is too long for {inp.nodes} pods' host names "
+            f"(<job>-<index> must fit in {NAME_MAX} characters)"
+        )
+    master = f"{name}-0.{name}"  # rank 0's pod hostname in the Service's subdomain
+    nprocs = inp.procs_per_node or inp.gpus or 1
+    rendezvous = {
+        "MASTER_ADDR": master,
+        "MASTER_PORT": str(MASTER_PORT),
+        "NNODES": str(inp.nodes),
+        "WORLD_SIZE": str(inp.nodes * nprocs),
+        "TAU_DIST_BACKEND": "nccl" if inp.gpus else "gloo",
+    }
+    clash = sorted(set(rendezvous) & (set(inp.env) | set(inp.secrets)))
+    if clash:
+        raise UsageError(f"the launcher sets {', '.join(clash)}; leave them out of env:")
+    with_rdzv = JobInput(**{**inp.__dict__, "env": {**inp.env, **rendezvous}})
+    pod = _pod_spec(with_rdzv)
+    pod["subdomain"] = name
+    container = pod["containers"][0]
+    # NODE_RANK is the pod's completion index; the API server expands $(NODE_RANK) in
+    # the command because the variable is defined in the container.
+    container["env"].append(
+        {
+            "name": "NODE_RANK",
+            "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{INDEX_ANNOTATION}']"}},
+        }
+    )
+    if inp.launcher == "torchrun":
+        python, target = torchrun_target(inp.command)
+        container["command"] = [
+            python,
+            "-m",
+            TORCH_RUN_MODULE,
+            f"--nnodes={inp.nodes}",
+            "--node-rank=$(NODE_RANK)",
+            f"--nproc-per-node={nprocs}",
+            f"--master-addr={master}",
+            f"--master-port={MASTER_PORT}",
+            *target,
+        ]
+    job = _job(inp, pod)
+    job["spec"].update(completionMode="Indexed", completions=inp.nodes, parallelism=inp.nodes)
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": inp.namespace, "labels": labels(inp)},
+        "spec": {
+            "clusterIP": "None",
+            # Ranks find each other before any is ready (the rendezvous is what readies them).
+            "publishNotReadyAddresses": True,
+            "selector": {
+                "taugrid.io/run-id": inp.run_id,
+                "taugrid.io/attempt": str(inp.attempt),
+            },
+        },
+    }
+    return [service, job]
+
+
+def _job(inp: JobInput, pod: dict[str, Any]) -> dict[str, Any]:
     if not inp.image:
         raise UsageError("a cluster run needs an image (image: in tau.yaml)")
     own = labels(inp)
@@ -111,7 +212,7 @@ def render_job(inp: JobInput) -> dict[str, Any]:
         },
         "template": {
             "metadata": {"labels": own},
-            "spec": _pod_spec(inp),
+            "spec": pod,
         },
     }
     if inp.timeout_s is not None:
@@ -189,3 +290,76 @@ def _resources(inp: JobInput) -> dict[str, Any]:
     if limits:
         out["limits"] = limits
     return out
+
+
+def render_rayjob(inp: JobInput) -> dict[str, Any]:
+    """The RayJob of one attempt of a ``launcher: ray`` run: a head and ``nodes`` workers."""
+    if inp.launcher != "ray":
+        raise UsageError("render_rayjob renders launcher: ray only")
+    if not inp.image:
+        raise UsageError("a cluster run needs an image (image: in tau.yaml)")
+    if inp.nodes < 1:
+        raise UsageError(f"nodes must be at least 1 (got {inp.nodes})")
+    name = job_name(inp.run_id, inp.attempt)
+    if len(name) > RAYJOB_NAME_MAX or not _DNS_1035.fullmatch(name):
+        raise UsageError(
+            f"run id {inp.run_id!r} cannot name a RayJob: {name!r} must be a DNS-1035 label "
+            f"(a letter first) of at most {RAYJOB_NAME_MAX} characters"
+        )
+    own = labels(inp)
+    job_labels = {**own, QUEUE_LABEL: inp.queue}
+    if inp.priority_class:
+        job_labels[PRIORITY_LABEL] = inp.priority_class
+    entrypoint = inp.command if isinstance(inp.command, str) else shlex.join(inp.command)
+    head = JobInput(
+        **{
+            **inp.__dict__,
+            "gpus": 0,
+            "cpu_millis": RAY_HEAD_CPU_MILLIS,
+            "memory_bytes": RAY_HEAD_MEMORY_BYTES,
+        }
+    )
+    spec: dict[str, Any] = {
+        "entrypoint": entrypoint,
+        "shutdownAfterJobFinishes": True,
+        "suspend": True,
+        "backoffLimit": 0,  # a failed attempt restarts as a new RayJob, under restart:
+        "submissionMode": "K8sJobMode",
+        "rayClusterSpec": {
+            "headGroupSpec": {
+                "rayStartParams": {},
+                "template": {"metadata": {"labels": own}, "spec": _ray_pod(head, "ray-head")},
+            },
+            "workerGroupSpecs": [
+                {
+                    "groupName": RAY_WORKERS,
+                    "replicas": inp.nodes,
+                    "minReplicas": inp.nodes,
+                    "maxReplicas": inp.nodes,
+                    "rayStartParams": {},
+                    "template": {
+                        "metadata": {"labels": own},
+                        "spec": _ray_pod(inp, "ray-worker"),
+                    },
+                }
+            ],
+        },
+    }
+    if inp.timeout_s is not None:
+        spec["activeDeadlineSeconds"] = max(1, math.ceil(inp.timeout_s))
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": {"name": name, "namespace": inp.namespace, "labels": job_labels},
+        "spec": spec,
+    }
+
+
+def _ray_pod(inp: JobInput, container: str) -> dict[str, Any]:
+    """A Ray pod: the run's image and environment; Ray's own command is KubeRay's."""
+    pod = _pod_spec(inp)
+    del pod["restartPolicy"]  # KubeRay manages the pods of its cluster
+    (main,) = pod["containers"]
+    main["name"] = container
+    del main["command"]
+    return pod

@@ -38,24 +38,13 @@ machine; multi-node runs need the Kubernetes mode.
 
 from __future__ import annotations
 
-import os
-import re
-import shlex
 import socket
 from collections.abc import Sequence
 
+from taugrid.domain.launchers import TORCH_RUN_MODULE, torchrun_target
 from taugrid.errors import UsageError
 
 LOCALHOST = "127.0.0.1"
-# Launcher interpreter when the command does not name one.
-DEFAULT_PYTHON = "python3"
-TORCH_RUN_MODULE = "torch.distributed.run"
-
-# A shell would treat these specially, so a string holding one is left to a shell.
-_SHELL_SYNTAX = re.compile(r"[$`|&;<>(){}\[\]*?~#!\\\n]")
-_PYTHON_NAME = re.compile(r"python(\d+(\.\d+)*)?")
-
-Command = list[str] | str
 
 
 def free_port() -> int:
@@ -99,7 +88,7 @@ def launch_command(
     if not 0 < master_port < 65536:
         raise UsageError(f"master port must be in 1..65535 (got {master_port})")
     nprocs = procs_per_node if procs_per_node is not None else (len(gpu_indices) or 1)
-    python, target = _torchrun_target(command)
+    python, target = torchrun_target(command)
     argv = [
         python,
         "-m",
@@ -120,47 +109,3 @@ def launch_command(
         "TAU_DIST_BACKEND": "nccl" if gpu_indices else "gloo",
     }
     return argv, env
-
-
-def _is_python(arg: str) -> bool:
-    return _PYTHON_NAME.fullmatch(os.path.basename(arg)) is not None
-
-
-def _shell_python(command: str) -> str:
-    """The interpreter a shell command starts with (``python train.py $X``), else python3."""
-    try:
-        words = shlex.split(command)
-    except ValueError:
-        return DEFAULT_PYTHON
-    return words[0] if words and _is_python(words[0]) and "$" not in words[0] else DEFAULT_PYTHON
-
-
-def _torchrun_target(command: Command) -> tuple[str, list[str]]:
-    """The launcher's interpreter and what torchrun runs in each worker."""
-    if isinstance(command, str):
-        if not command.strip():
-            raise UsageError("command is empty")
-        if _SHELL_SYNTAX.search(command):
-            return _shell_python(command), ["--no-python", "/bin/sh", "-c", command]
-        try:
-            argv = shlex.split(command)
-        except ValueError as exc:  # e.g. an unclosed quote
-            raise UsageError(f"cannot split the command {command!r}: {exc}") from exc
-    else:
-        argv = list(command)
-    if not argv:
-        raise UsageError("command is empty")
-    first = argv[0]
-    if first.endswith(".py"):
-        return DEFAULT_PYTHON, argv
-    if not _is_python(first):
-        return DEFAULT_PYTHON, ["--no-python", *argv]
-    rest = argv[1:]
-    while rest and rest[0] == "-u":  # torchrun starts scripts with -u itself
-        rest = rest[1:]
-    if rest and rest[0] == "-m" and len(rest) > 1:
-        return first, rest
-    if rest and not rest[0].startswith("-"):
-        return first, rest
-    # Other interpreter options, `-` (stdin) or no script: run the command as written.
-    return first, ["--no-python", *argv]
