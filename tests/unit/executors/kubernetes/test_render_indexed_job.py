@@ -3,12 +3,11 @@ validation, the rendezvous every rank sees, and a golden file."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
-import yaml
 
+from k8s_golden import assert_golden
 from k8s_validate import validate_builtin
 from taugrid.errors import UsageError
 from taugrid.executors.kubernetes.render import JobInput, render_indexed_job, render_job
@@ -39,11 +38,7 @@ def test_both_objects_validate_strictly_and_match_the_golden_file() -> None:
     assert [o["kind"] for o in objects] == ["Service", "Job"]
     for obj in objects:
         assert validate_builtin(obj) == [], obj["kind"]
-    text = yaml.safe_dump_all(objects, sort_keys=False)
-    golden = GOLDEN / "indexed_job_torchrun.yaml"
-    if os.environ.get("TAU_UPDATE_GOLDEN"):
-        golden.write_text(text)
-    assert text == golden.read_text(), "render changed: TAU_UPDATE_GOLDEN=1 rewrites the file"
+    assert_golden(GOLDEN / "indexed_job_torchrun.yaml", objects)
 
 
 def test_rank_zero_has_a_stable_name_and_every_rank_its_index() -> None:

@@ -3,12 +3,11 @@ bundled 1.32 schemas), the contract with Kueue, and a golden file of the whole o
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
-import yaml
 
+from k8s_golden import assert_golden
 from k8s_validate import validate_builtin
 from taugrid.errors import UsageError
 from taugrid.executors.kubernetes.render import JobInput, SecretRef, job_name, render_job
@@ -39,11 +38,7 @@ def full() -> JobInput:
 def test_the_job_validates_strictly_and_matches_its_golden_file() -> None:
     job = render_job(full())
     assert validate_builtin(job) == []
-    text = yaml.safe_dump(job, sort_keys=False)
-    golden = GOLDEN / "job_command.yaml"
-    if os.environ.get("TAU_UPDATE_GOLDEN"):
-        golden.write_text(text)
-    assert text == golden.read_text(), "render changed: TAU_UPDATE_GOLDEN=1 rewrites the file"
+    assert_golden(GOLDEN / "job_command.yaml", job)
 
 
 def test_kueue_admits_it_and_nothing_runs_unadmitted() -> None:

@@ -3,12 +3,11 @@ rules), what Kueue's webhook and the operator require, and a golden file."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
-import yaml
 
+from k8s_golden import assert_golden
 from k8s_validate import SCHEMAS, validate_object
 from taugrid.errors import UsageError
 from taugrid.executors.kubernetes.render import JobInput, SecretRef, render_rayjob
@@ -43,11 +42,7 @@ def ray(**kw: object) -> JobInput:
 def test_the_rayjob_validates_against_the_crd_and_matches_its_golden_file() -> None:
     obj = render_rayjob(ray())
     assert validate_object(obj, KUBERAY) == []
-    text = yaml.safe_dump(obj, sort_keys=False)
-    golden = GOLDEN / "rayjob.yaml"
-    if os.environ.get("TAU_UPDATE_GOLDEN"):
-        golden.write_text(text)
-    assert text == golden.read_text(), "render changed: TAU_UPDATE_GOLDEN=1 rewrites the file"
+    assert_golden(GOLDEN / "rayjob.yaml", obj)
 
 
 def test_what_kueue_and_kuberay_require() -> None:
