@@ -144,10 +144,6 @@ class FakeExecutor:
         for key in ended:
             self._pushed(key)
 
-    def live(self) -> list[AttemptKey]:
-        with self._lock:
-            return sorted(k for k, a in self.attempts.items() if a.phase != Phase.EXITED)
-
     # -- inside ---------------------------------------------------------------------------
     def _observe(self, key: AttemptKey) -> Observation:
         att = self.attempts.get(key)

@@ -50,6 +50,16 @@ class Placement:
     host: str = "local"
     nodes: tuple[str, ...] = ()
 
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> Placement:
+        """The placement as an attempt row records it (``as_record``)."""
+        return cls(
+            flavor=record.get("flavor") or "",
+            gpus=tuple(record.get("gpus") or ()),
+            host=record.get("host") or "local",
+            nodes=tuple(record.get("nodes") or ()),
+        )
+
     def as_record(self) -> dict[str, Any]:
         out: dict[str, Any] = {"host": self.host, "flavor": self.flavor, "gpus": list(self.gpus)}
         if self.nodes:

@@ -144,7 +144,10 @@ class ObservedAdmission:
     name = "observed"
 
     def __init__(
-        self, source: AdmissionSource, admitter: str = "the admitter", clock: Any = time.monotonic
+        self,
+        source: AdmissionSource,
+        admitter: str = "the admitter",
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.source = source
         self.admitter = admitter

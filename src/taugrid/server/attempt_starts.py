@@ -123,13 +123,7 @@ class AttemptStarter:
 
     def _request(self, run: Row, attempt: int) -> LaunchRequest:
         att = self.store.attempt(run["id"], attempt)
-        record = att["placement"] if att else {}
-        placement = Placement(
-            flavor=record.get("flavor") or "",
-            gpus=tuple(record.get("gpus") or ()),
-            host=record.get("host") or "local",
-            nodes=tuple(record.get("nodes") or ()),
-        )
+        placement = Placement.from_record(att["placement"] if att else {})
         # A hardware stop of the attempt before: checkpoints written after the fault are
         # not trusted (the GPU may have corrupted them before anyone noticed).
         before = self.store.attempt(run["id"], attempt - 1) if attempt > 0 else None

@@ -20,7 +20,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from taugrid.domain.lifecycle import (
     AttemptFacts,
@@ -158,9 +158,13 @@ class RunEngine:
         if found is None:
             self.wake(reschedule=False)
             return
-        with self._reported_lock:
-            self._reported.add(found.run_id)
-        self._wake.set()
+        self._look_again(found.run_id)
+
+    def runs_changed(self, run_ids: Iterable[str]) -> None:
+        """Runs were changed outside the engine (submitted, cancelled, resumed): a pass
+        soon, and whoever waits on them (a followed log, the event feed) is woken now."""
+        self.wake()
+        self.changes.notify(run_ids)
 
     def _look_again(self, run_id: str) -> None:
         with self._reported_lock:
@@ -294,8 +298,9 @@ class RunEngine:
             if not self.executor.is_launched(key):
                 self._isolated(functools.partial(self._not_launched, facts=facts), run)
                 continue
-            if key not in self._stops_sent and stop_to_send(facts) is not None:
-                self._isolated(functools.partial(self._send_stop, facts=facts), run)
+            reason = stop_to_send(facts)
+            if reason is not None and key not in self._stops_sent:
+                self._isolated(functools.partial(self._send_stop, key=key, reason=reason), run)
             observed.append((run, facts))
         if not observed:
             return
@@ -304,11 +309,9 @@ class RunEngine:
             obs = seen[AttemptKey(run["id"], facts.attempt)]
             self._isolated(functools.partial(self._observed, facts=facts, obs=obs), run)
 
-    def _send_stop(self, run: Row, facts: AttemptFacts) -> None:
-        reason = stop_to_send(facts)
-        assert reason is not None
-        self.executor.stop(AttemptKey(run["id"], facts.attempt), reason)
-        self._stops_sent.add(AttemptKey(run["id"], facts.attempt))
+    def _send_stop(self, run: Row, key: AttemptKey, reason: StopReason) -> None:
+        self.executor.stop(key, reason)
+        self._stops_sent.add(key)
 
     def _not_launched(self, run: Row, facts: AttemptFacts) -> None:
         if stop_to_send(facts) is not None:  # stopped before it ever started

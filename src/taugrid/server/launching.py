@@ -44,9 +44,6 @@ class Resume:
         return str(self.best.path)
 
 
-NO_RESUME = Resume(None)
-
-
 def find_resume(artifacts: ArtifactStore, run_id: str, fault_at: float | None) -> Resume:
     best, skipped = artifacts.resume_point(run_id, fault_at=fault_at)
     return Resume(best, list(skipped))

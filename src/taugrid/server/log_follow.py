@@ -9,6 +9,7 @@ A follower that waits costs a coroutine, not one of the pool's threads, so a hun
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
@@ -75,6 +76,8 @@ class LogFollower:
         if f is None:
             return
         try:
+            # The end of the attempt is looked for when the run moved, and at least every
+            # RECHECK_S (a change may not pass through RunChanges).
             look_at, woke = 0.0, False
             while True:
                 chunk = await to_thread.run_sync(f.read, LOG_CHUNK)
@@ -83,14 +86,13 @@ class LogFollower:
                     continue
                 if not req.follow:
                     return
-                look_at -= GROW_POLL_S
-                if (woke or look_at <= 0) and await self._over(key):
-                    rest = await to_thread.run_sync(f.read)  # written before the end
-                    if rest:
-                        yield rest
-                    return
-                if look_at <= 0:
-                    look_at = RECHECK_S
+                if woke or time.monotonic() >= look_at:
+                    if await self._over(key):
+                        rest = await to_thread.run_sync(f.read)  # written before the end
+                        if rest:
+                            yield rest
+                        return
+                    look_at = time.monotonic() + RECHECK_S
                 woke = await self.changes.wait(req.run_id, GROW_POLL_S)
         finally:
             f.close()

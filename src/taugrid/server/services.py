@@ -54,7 +54,6 @@ from taugrid.store.runs import Row, RunFilter, RunStore, Transition
 from taugrid.store.snapshots import SnapshotRecords
 
 S = RunState
-LOG_CHUNK = 64 * 1024
 
 
 class RunService:
@@ -186,8 +185,7 @@ class RunService:
                 raise
             raise IdempotencyKeyReused(f"runs[{exc.index}]: {exc.message}", exc.index) from None
         if any(created for _, created in results):
-            self.engine.wake()
-            self.engine.changes.notify(r["id"] for r, created in results if created)
+            self.engine.runs_changed(r["id"] for r, created in results if created)
         return results
 
     def check(self, req: SubmitRequest) -> dict[str, Any]:
@@ -337,8 +335,7 @@ class RunService:
         for ref, rid in ids.items():
             out[ref] = by_id[rid]
         if any(not isinstance(r, TauError) for r in by_id.values()):
-            self.engine.wake()
-            self.engine.changes.notify(k for k, r in by_id.items() if not isinstance(r, TauError))
+            self.engine.runs_changed(k for k, r in by_id.items() if not isinstance(r, TauError))
         return {ref: out[ref] for ref in refs}
 
     # -- resume -------------------------------------------------------------------------
@@ -353,8 +350,7 @@ class RunService:
             f"from checkpoint step {newest.step}" if newest else "from the start (no checkpoint)"
         )
         row = self.store.resume(run["id"], f"resumed by {by}; starts {where}")
-        self.engine.wake()
-        self.engine.changes.notify([run["id"]])
+        self.engine.runs_changed([run["id"]])
         return row
 
     # -- checkpoints and metrics ----------------------------------------------------------

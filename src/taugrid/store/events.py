@@ -58,10 +58,3 @@ class EventFeed:
             q = q.where(runs.c.workspace.in_(sorted(workspaces)))
         with self.engine.connect() as conn:
             return [dict(r) for r in conn.execute(q).mappings()]
-
-    def last_id(self) -> int:
-        with self.engine.connect() as conn:
-            return int(
-                conn.execute(select(events.c.id).order_by(events.c.id.desc()).limit(1)).scalar()
-                or 0
-            )

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from taugrid.domain.secret_refs import check_workspace, missing_secrets_error, refuse_value_as_ref
+from secret_checks import require_secrets
+from taugrid.domain.secret_refs import check_workspace, refuse_value_as_ref
 from taugrid.errors import NotFound, UsageError
 from taugrid.executors.local.secrets import (
     LocalSecretStore,
@@ -20,20 +21,6 @@ from taugrid.executors.local.secrets import (
 
 A, B = SecretScope("a"), SecretScope("b")
 ANN_A = SecretScope("a", "ann")
-
-
-def require_secrets(
-    store: LocalSecretStore,
-    workspace: str,
-    user: str | None,
-    refs: dict[str, str],
-    *,
-    personal: bool = False,
-) -> None:
-    """The server's submit check: the store says what is missing, the domain words it."""
-    missing = store.missing(workspace, user, refs.values())
-    if err := missing_secrets_error(missing, workspace, personal=personal):
-        raise err
 
 
 @pytest.fixture

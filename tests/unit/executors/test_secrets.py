@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from taugrid.domain.secret_refs import MAX_VALUE_BYTES, check_ref, missing_secrets_error
+from secret_checks import require_secrets
+from taugrid.domain.secret_refs import MAX_VALUE_BYTES, check_ref
 from taugrid.errors import NotFound, UsageError
 from taugrid.executors.local import secrets as secrets_mod
 from taugrid.executors.local.secrets import (
@@ -21,20 +22,6 @@ from taugrid.executors.local.secrets import (
 
 VALUE = "hf_Sup3rS3cretValue-do-not-leak"
 WS = SecretScope("default")
-
-
-def require_secrets(
-    store: LocalSecretStore,
-    workspace: str,
-    user: str | None,
-    refs: dict[str, str],
-    *,
-    personal: bool = False,
-) -> None:
-    """The server's submit check: the store says what is missing, the domain words it."""
-    missing = store.missing(workspace, user, refs.values())
-    if err := missing_secrets_error(missing, workspace, personal=personal):
-        raise err
 
 
 @pytest.fixture
