@@ -12,7 +12,13 @@ from hypothesis import strategies as st
 
 from taugrid.executors.local.diskguard import DiskGuard, nested_roots, size_text, usage_bytes
 from taugrid.executors.local.logmask import MASK, SecretMasker, secret_variants
-from taugrid.executors.local.oomwatch import counter_path, oom_kill_count, oom_victim
+from taugrid.executors.local.oomwatch import (
+    UNPLACED_WINDOW_S,
+    OomWatch,
+    counter_path,
+    oom_kill_count,
+    oom_victim,
+)
 from taugrid.executors.local.orphans import ProcessInfo, attempt_processes
 
 
@@ -97,6 +103,51 @@ def test_oom_records_from_the_kernel_log() -> None:
     assert oom_victim(b"3,1,1,-;Out of memory: Killed process 77 (x)") == 77
     assert oom_victim(b"6,1,1,-;CPU: 0 UID: 0 PID: 29371 Comm: python3") is None
     assert oom_victim(b"6,1,1,-;usb 1-1: new device") is None
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def kill_record(pid: int) -> bytes:
+    return f"3,9,1,-;Memory cgroup out of memory: Killed process {pid} (python3)".encode()
+
+
+def watch_of(tmp_path: Path, ours: set[int], visible: set[int]) -> tuple[OomWatch, Clock]:
+    """A watch reading records handed to it, over a /proc that shows ``visible``."""
+    for pid in visible:
+        (tmp_path / str(pid)).mkdir()
+    clock = Clock()
+    watch = OomWatch(10, ours.__contains__, clock=clock, proc=str(tmp_path))
+    watch.close()  # no kernel log: the records come from the test
+    return watch, clock
+
+
+def test_a_victim_in_the_tree_is_ours_whatever_the_exit(tmp_path: Path) -> None:
+    watch, _ = watch_of(tmp_path, ours={11}, visible={11})
+    watch.on_record(kill_record(11))
+    assert watch.verdict(killed_by_sigkill=False) is True
+
+
+def test_a_victim_alive_elsewhere_is_not_ours(tmp_path: Path) -> None:
+    watch, _ = watch_of(tmp_path, ours=set(), visible={12})
+    watch.on_record(kill_record(12))
+    assert watch.verdict(killed_by_sigkill=True) is not True
+
+
+def test_a_victim_gone_before_read_is_ours_only_for_a_sigkill_soon_after(tmp_path: Path) -> None:
+    """The shell reaped its killed child before the supervisor read the record."""
+    watch, clock = watch_of(tmp_path, ours=set(), visible=set())
+    watch.on_record(kill_record(13))
+    clock.now += UNPLACED_WINDOW_S / 2
+    assert watch.verdict(killed_by_sigkill=False) is not True  # exit 1: not the kill
+    assert watch.verdict(killed_by_sigkill=True) is True
+    clock.now += UNPLACED_WINDOW_S  # an old kill of someone else's process
+    assert watch.verdict(killed_by_sigkill=True) is not True
 
 
 def test_oom_kill_counters() -> None:

@@ -18,6 +18,12 @@ status.json from them:
   and other runs, so a rise counts as this workload's only if the workload itself died
   of SIGKILL (or exit 137 from a shell whose child was killed).
 
+A victim can be gone before its record is read: under ``command: python x.py`` the
+shell reaps its killed child at once, and a loaded machine may run the supervisor only
+after that. Such a victim cannot be placed in the workload's tree; it counts as ours
+only by the counter's rule (the workload died of SIGKILL or a shell's 137) and only if
+it was read within ``UNPLACED_WINDOW_S`` of the workload's end.
+
 Neither readable: ``null`` (unknown), which is reported as the signal, never as OOM.
 """
 
@@ -25,11 +31,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Callable
 
 KMSG = "/dev/kmsg"
 _MAX_RECORDS_PER_POLL = 10_000
 _RECORD_BYTES = 8192  # a read of /dev/kmsg returns one record; it must fit
+# A shell exits within milliseconds of its killed child; seconds leave room for a
+# supervisor that a loaded machine runs late, and little for an unrelated OOM kill.
+UNPLACED_WINDOW_S = 3.0
 
 
 def oom_victim(record: bytes) -> int | None:
@@ -127,10 +137,19 @@ def _read_counter(path: str | None) -> int | None:
 class OomWatch:
     """Watches one workload from its start to its end; :meth:`verdict` at the end."""
 
-    def __init__(self, pid: int, is_ours: Callable[[int], bool]) -> None:
+    def __init__(
+        self,
+        pid: int,
+        is_ours: Callable[[int], bool],
+        clock: Callable[[], float] = time.monotonic,
+        proc: str = "/proc",
+    ) -> None:
         self.pid = pid
         self.is_ours = is_ours
+        self.clock = clock
+        self.proc = proc
         self.ours_killed: set[int] = set()
+        self.unplaced_at: float | None = None  # when a victim already gone was read
         self.records_lost = False
         self.kmsg_fd: int | None = None
         try:
@@ -172,15 +191,27 @@ class OomWatch:
                 return
             if not record:
                 return
-            victim = oom_victim(record)
-            if victim is not None and (victim == self.pid or self.is_ours(victim)):
-                self.ours_killed.add(victim)
+            self.on_record(record)
+
+    def on_record(self, record: bytes) -> None:
+        victim = oom_victim(record)
+        if victim is None:
+            return
+        if victim == self.pid or self.is_ours(victim):
+            self.ours_killed.add(victim)
+        elif not os.path.exists(f"{self.proc}/{victim}"):
+            self.unplaced_at = self.clock()
 
     def verdict(self, killed_by_sigkill: bool) -> bool | None:
         """True: the OOM killer ended one of ours; False: a source says it did not;
         None: no source could tell."""
         self.poll()
         if self.ours_killed:
+            return True
+        unplaced = self.unplaced_at is not None and (
+            self.clock() - self.unplaced_at <= UNPLACED_WINDOW_S
+        )
+        if killed_by_sigkill and unplaced:
             return True
         if self.kmsg_fd is not None and not self.records_lost:
             return False
