@@ -10,7 +10,7 @@ import pytest
 from k8s_golden import assert_golden
 from k8s_validate import validate_builtin
 from taugrid.errors import UsageError
-from taugrid.executors.kubernetes.render import JobInput, render_indexed_job, render_job
+from taugrid.manifests.workloads import JobInput, render_indexed_job, render_job
 
 GOLDEN = Path(__file__).parent / "golden"
 

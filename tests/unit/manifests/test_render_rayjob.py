@@ -10,7 +10,7 @@ import pytest
 from k8s_golden import assert_golden
 from k8s_validate import SCHEMAS, validate_object
 from taugrid.errors import UsageError
-from taugrid.executors.kubernetes.render import JobInput, SecretRef, render_rayjob
+from taugrid.manifests.workloads import JobInput, SecretRef, render_rayjob
 
 GOLDEN = Path(__file__).parent / "golden"
 KUBERAY = (SCHEMAS / "kuberay",)

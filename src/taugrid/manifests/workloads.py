@@ -1,6 +1,6 @@
 """What a run's attempt becomes on a cluster: pure functions from plain data to objects.
 
-The first shape (issue 12, first step): ``nodes: 1`` with ``launcher: command`` is one
+The first shape: ``nodes: 1`` with ``launcher: command`` is one
 ``batch/v1`` Job in the workspace's namespace, for Kueue to admit
 (``shared/reference/kueue-kuberay-contract.md``):
 
