@@ -1,5 +1,5 @@
 """How torchrun runs a run's command in each worker, the same on one machine and on a
-cluster (``executors.local.launch``, ``executors.kubernetes.render``). Pure.
+cluster (``executors.local.launch``, ``manifests.workloads``). Pure.
 
 ``<target>`` is what torchrun runs in each worker: ``python train.py a b`` -> ``train.py a
 b``; ``python -m pkg.mod a`` -> ``-m pkg.mod a``; ``train.py a`` -> ``train.py a``

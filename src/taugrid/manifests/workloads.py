@@ -74,6 +74,29 @@ class SecretRef:
 
 
 @dataclass(frozen=True)
+class CodeFetch:
+    """How the pod gets the run's code snapshot with no image rebuild: an init container
+    of TauGrid's own image fetches the archive from the server with the attempt's
+    read-only token (a key of a Secret the executor creates per attempt), checks its
+    digest and unpacks it into the volume that is the workload's working directory."""
+
+    helper_image: str
+    url: str  # the server's snapshot endpoint for this digest
+    digest: str  # sha256 of the archive; the helper refuses any other bytes
+    token_secret: str  # the per-attempt Secret holding ``token``
+
+
+@dataclass(frozen=True)
+class RunStorage:
+    """Where TAU_CHECKPOINT_DIR and TAU_OUTPUT_DIR live: the workspace's PVC (the run's
+    own subdirectory of it), or, with no claim, a volume that dies with the pod."""
+
+    claim: str | None  # a PersistentVolumeClaim in the run's namespace
+    sub_path: str  # the run's directory on the claim, e.g. runs/<run id>
+    mount: str = "/tau/run"
+
+
+@dataclass(frozen=True)
 class JobInput:
     run_id: str
     attempt: int
@@ -94,6 +117,13 @@ class JobInput:
     nodes: int = 1  # pods, one per node (an Indexed Job when > 1 or with torchrun)
     launcher: str = "command"  # command | torchrun
     procs_per_node: int | None = None
+    # The flavors a run may land on, when it asked for a GPU type: one node-label set
+    # per flavor (any of them will do), and the tolerations its taints need.
+    node_affinity: tuple[Mapping[str, str], ...] = ()
+    tolerations: tuple[Mapping[str, str], ...] = ()
+    code: CodeFetch | None = None
+    storage: RunStorage | None = None
+    setup: str | None = None  # a shell command run before the command, in the same container
 
 
 def job_name(run_id: str, attempt: int) -> str:
@@ -173,6 +203,7 @@ def render_indexed_job(inp: JobInput) -> list[dict[str, Any]]:
             f"--master-port={MASTER_PORT}",
             *target,
         ]
+        container["command"] = with_setup(container["command"], inp.setup)
     job = _job(inp, pod)
     job["spec"].update(completionMode="Indexed", completions=inp.nodes, parallelism=inp.nodes)
     service = {
@@ -246,7 +277,8 @@ def _pod_spec(inp: JobInput) -> dict[str, Any]:
         container["command"] = ["/bin/sh", "-c", inp.command]
     else:
         container["command"] = list(inp.command)
-    return {
+    container["command"] = with_setup(container["command"], inp.setup)
+    pod: dict[str, Any] = {
         "restartPolicy": "Never",
         "terminationGracePeriodSeconds": max(0, math.ceil(inp.stop_grace_s)),
         "securityContext": {
@@ -258,6 +290,93 @@ def _pod_spec(inp: JobInput) -> dict[str, Any]:
         },
         "containers": [container],
     }
+    mounts, volumes = _volumes(inp)
+    if mounts:
+        container["volumeMounts"] = mounts
+        pod["volumes"] = volumes
+    if inp.code is not None:
+        pod["initContainers"] = [_fetch_code(inp.code, inp.workdir)]
+    if inp.node_affinity:
+        pod["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {"key": k, "operator": "In", "values": [v]}
+                                for k, v in sorted(labels.items())
+                            ]
+                        }
+                        for labels in inp.node_affinity
+                    ]
+                }
+            }
+        }
+    if inp.tolerations:
+        pod["tolerations"] = [dict(t) for t in inp.tolerations]
+    return pod
+
+
+CODE_VOLUME = "code"
+RUN_VOLUME = "run-data"
+FETCH_CONTAINER = "fetch-code"
+PODHELPER_MODULE = "taugrid.podhelper"
+
+
+def _volumes(inp: JobInput) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The code volume at the working directory, the run's storage at its mount."""
+    mounts: list[dict[str, Any]] = []
+    volumes: list[dict[str, Any]] = []
+    if inp.code is not None:
+        mounts.append({"name": CODE_VOLUME, "mountPath": inp.workdir})
+        volumes.append({"name": CODE_VOLUME, "emptyDir": {}})
+    if inp.storage is not None:
+        st = inp.storage
+        if st.claim is not None:
+            mounts.append({"name": RUN_VOLUME, "mountPath": st.mount, "subPath": st.sub_path})
+            volumes.append({"name": RUN_VOLUME, "persistentVolumeClaim": {"claimName": st.claim}})
+        else:
+            mounts.append({"name": RUN_VOLUME, "mountPath": st.mount})
+            volumes.append({"name": RUN_VOLUME, "emptyDir": {}})
+    return mounts, volumes
+
+
+def _fetch_code(code: CodeFetch, workdir: str) -> dict[str, Any]:
+    """The init container that puts the snapshot in the working directory."""
+    return {
+        "name": FETCH_CONTAINER,
+        "image": code.helper_image,
+        "command": ["python", "-m", PODHELPER_MODULE, "fetch-code"],
+        "env": [
+            {"name": "TAU_SNAPSHOT_URL", "value": code.url},
+            {"name": "TAU_SNAPSHOT_SHA256", "value": code.digest},
+            {"name": "TAU_CODE_DIR", "value": workdir},
+            {
+                "name": "TAU_SNAPSHOT_TOKEN",
+                "valueFrom": {"secretKeyRef": {"name": code.token_secret, "key": "token"}},
+            },
+        ],
+        "resources": {
+            "requests": {"cpu": "100m", "memory": "128Mi"},
+            "limits": {"memory": "512Mi"},
+        },
+        "volumeMounts": [{"name": CODE_VOLUME, "mountPath": workdir}],
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "runAsNonRoot": True,
+            "readOnlyRootFilesystem": True,
+        },
+    }
+
+
+def with_setup(argv: list[str], setup: str | None) -> list[str]:
+    """``setup`` first (a failing line fails the attempt, as locally), then ``argv``
+    exec'd as given: ``sh -c '...; exec "$0" "$@"' ARGV`` passes the argv through
+    untouched (no re-quoting of the user's words)."""
+    if not setup:
+        return argv
+    return ["/bin/sh", "-c", f'set -e\n{setup}\nexec "$0" "$@"', *argv]
 
 
 def _env(inp: JobInput) -> list[dict[str, Any]]:
@@ -311,6 +430,8 @@ def render_rayjob(inp: JobInput) -> dict[str, Any]:
     if inp.priority_class:
         job_labels[PRIORITY_LABEL] = inp.priority_class
     entrypoint = inp.command if isinstance(inp.command, str) else shlex.join(inp.command)
+    if inp.setup:
+        entrypoint = f"{inp.setup} && {entrypoint}"
     head = JobInput(
         **{
             **inp.__dict__,

@@ -150,6 +150,14 @@ class Flavor(_Strict):
         default_factory=dict, description="Labels selecting this flavor's nodes."
     )
     taints: Annotated[list[Taint], AfterValidator(_check_taints)] = Field(default_factory=list)
+    gpus_per_node: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "GPUs on each node of this flavor; a cluster run asking for more per node "
+            "than any of its flavors has is refused at submit."
+        ),
+    )
     tolerate_taints: bool = Field(
         True,
         description=(
@@ -247,6 +255,17 @@ class UserLimits(_Strict):
     max_gpus: int | None = Field(None, ge=0)
 
 
+class Storage(_Strict):
+    """Where a workspace's runs keep checkpoints and outputs on a cluster."""
+
+    pvc: Name = Field(
+        description=(
+            "A PersistentVolumeClaim in the workspace's namespace (ReadWriteMany for "
+            "multi-node runs); each run gets its own directory runs/<run id> on it."
+        )
+    )
+
+
 class Workspace(_Strict):
     """A team's space (a Namespace on a cluster) and the queues it submits to."""
 
@@ -254,6 +273,13 @@ class Workspace(_Strict):
     local_queues: Annotated[list[LocalQueue], AfterValidator(_not_empty)]
     default_queue: Name | None = Field(None, description="Default: the first local queue.")
     user_limits: UserLimits | None = None
+    storage: Storage | None = Field(
+        None,
+        description=(
+            "Cluster runs' checkpoints and outputs; without it they live in the pod only "
+            "and a restart cannot resume."
+        ),
+    )
 
     @property
     def default_local_queue(self) -> str:
