@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "get": ("get", "Download the files a run wrote, or a checkpoint."),
     "queues": ("queues", "Show queues: quota, usage, pending and running runs."),
     "validate": ("validate", "Check a tau.yaml without submitting it."),
+    "render": ("render", "Print the Kubernetes objects a run would create."),
     "schema": ("schema", "Print the JSON Schema of tau.yaml."),
     "init": ("init", "Write a commented starter tau.yaml."),
     "secret": ("secret", "Manage secrets that runs get as environment variables."),

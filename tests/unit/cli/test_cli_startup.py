@@ -70,3 +70,10 @@ def test_status_imports_no_server_database_or_kubernetes_library(tmp_path: Path)
     mods = _imported_modules(tmp_path, "status")
     assert "taugrid.cli.commands.status" in mods
     assert not {m for m in mods if m.startswith(HEAVY)}
+
+
+def test_render_needs_no_server_and_no_kubernetes_library(tmp_path: Path) -> None:
+    (tmp_path / "tau.yaml").write_text("name: r\nimage: python:3.12\ncommand: [python, a.py]\n")
+    mods = _imported_modules(tmp_path, "render", str(tmp_path / "tau.yaml"))
+    assert "taugrid.manifests.plan" in mods  # it did render (pydantic: it loads a spec)
+    assert not {m for m in mods if m.startswith(HEAVY) and not m.startswith("pydantic")}
