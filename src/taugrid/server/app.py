@@ -34,6 +34,8 @@ from taugrid.server.admission import InternalAdmission
 from taugrid.server.auth import Authenticator, ensure_token
 from taugrid.server.check_routes import router as check_router
 from taugrid.server.client_address import parse_trusted_proxies, request_source
+from taugrid.server.code_fetch import load_code_key
+from taugrid.server.code_fetch import router as code_router
 from taugrid.server.diskspace import DiskSpace, is_disk_full, parse_headroom
 from taugrid.server.engine import RunEngine
 from taugrid.server.identity_service import IdentityService
@@ -99,6 +101,8 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
         if settings.shared:
             bootstrap_admin(identity, home)
         app.state.token = token
+        app.state.code_key = load_code_key(home)  # signs the pods' code tokens
+        app.state.artifacts = local.artifacts
         # What the mode accepts (spec/modes.py): GET /api/v1/server and every submit.
         caps = app.state.capabilities = local.executor.capabilities
         app.state.identity = identity
@@ -174,6 +178,7 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
     app.include_router(check_router, dependencies=[Depends(require_token)])
     app.include_router(info_router, dependencies=[Depends(require_token)])
     app.include_router(oidc_router, dependencies=[Depends(bounded_json)])  # login: no token yet
+    app.include_router(code_router)  # pods: their attempt's code token, checked by the route
     return app
 
 
