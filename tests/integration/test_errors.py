@@ -55,8 +55,8 @@ def test_validate_reports_every_problem_and_inactive_fields(tau: Tau) -> None:
 
 
 def test_validate_and_run_refuse_in_the_words_of_the_servers_mode(tau: Tau) -> None:
-    write_spec(tau.cwd, "name: multi\ncommand: echo\nnodes: 2\nimage: x/y:1\n")
-    said = "tau: nodes: 2: local mode runs on one machine; multi-node runs need the Kubernetes"
+    write_spec(tau.cwd, "name: multi\ncommand: echo\nnodes: 9\nimage: x/y:1\n")
+    said = "tau: nodes: 9: local mode runs at most 8 nodes, all on this one machine; more need"
     offline = tau("validate")  # no server: the local context is local mode
     assert offline.returncode == 2 and offline.stderr.startswith(said), offline.stderr
     assert offline.stderr.count("\n") == 1 and not (tau.home / "server.json").exists()

@@ -67,8 +67,10 @@ class Capabilities:
         )
 
 
+# Local mode runs ``nodes: N`` as N process trees on its one machine (executors.local:
+# launch.launch_nodes, nodegroup); a few, not a cluster's worth.
 LOCAL = Capabilities(
-    "local", max_nodes=1, launchers=frozenset(("command", "torchrun")), images=False
+    "local", max_nodes=8, launchers=frozenset(("command", "torchrun")), images=False
 )
 CLUSTER = Capabilities(
     "cluster", max_nodes=64, launchers=frozenset(("command", "torchrun", "ray")), images=True
@@ -96,7 +98,18 @@ _ROWS: tuple[_Row, ...] = (
     _Row(
         "nodes",
         "refused",
-        lambda v, c: c.max_nodes > 1 and isinstance(v, int) and v > c.max_nodes,
+        lambda v, c: (
+            c.mode == "local" and c.max_nodes > 1 and isinstance(v, int) and v > c.max_nodes
+        ),
+        "{value}: {mode} mode runs at most {max_nodes} nodes, all on this one machine; "
+        "more need the Kubernetes mode (use nodes: {max_nodes} or fewer)",
+    ),
+    _Row(
+        "nodes",
+        "refused",
+        lambda v, c: (
+            c.mode != "local" and c.max_nodes > 1 and isinstance(v, int) and v > c.max_nodes
+        ),
         "{value}: {mode} mode runs at most {max_nodes} nodes a run on this server "
         "(use nodes: {max_nodes} or fewer)",
     ),

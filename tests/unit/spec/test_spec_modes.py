@@ -17,8 +17,8 @@ from taugrid.spec.modes import (
 )
 
 NODES_LOCAL = (
-    "nodes: 2: local mode runs on one machine; multi-node runs need the Kubernetes mode "
-    "(use nodes: 1, or launcher: torchrun with several processes)"
+    "nodes: 9: local mode runs at most 8 nodes, all on this one machine; more need the "
+    "Kubernetes mode (use nodes: 8 or fewer)"
 )
 RAY_LOCAL = "launcher: ray is not supported in local mode yet; use command or torchrun"
 IMAGE_LOCAL = (
@@ -31,12 +31,28 @@ def spec(**fields: Any) -> TauSpec:
 
 
 def test_local_refuses_nodes_and_ray_and_ignores_image() -> None:
-    s = spec(nodes=2, launcher="ray", image="x/y:1")
+    s = spec(nodes=9, launcher="ray", image="x/y:1")
     assert refusals(s, LOCAL) == [NODES_LOCAL, RAY_LOCAL]
     assert refusal(s, LOCAL) == f"{NODES_LOCAL}; {RAY_LOCAL}"  # the server's UsageError
     assert inactive_fields(s, LOCAL) == [IMAGE_LOCAL]
     assert refusals(s, "local") == refusals(s, LOCAL)  # a mode's name still works
     assert inactive_fields(s, "local") == [IMAGE_LOCAL]
+
+
+@pytest.mark.parametrize("launcher", ["command", "torchrun"])
+def test_local_runs_up_to_eight_nodes(launcher: str) -> None:
+    for nodes in (2, LOCAL.max_nodes):
+        assert refusals(spec(nodes=nodes, launcher=launcher), LOCAL) == []
+    assert LOCAL.max_nodes == 8
+
+
+def test_a_server_of_one_node_still_says_so() -> None:
+    """An older local server answers max_nodes 1: the CLI says it in its words."""
+    one = Capabilities.from_dict({"mode": "local", "max_nodes": 1})
+    assert refusals(spec(nodes=2), one) == [
+        "nodes: 2: local mode runs on one machine; multi-node runs need the Kubernetes mode "
+        "(use nodes: 1, or launcher: torchrun with several processes)"
+    ]
 
 
 def test_cluster_accepts_them_up_to_its_node_cap() -> None:
@@ -76,7 +92,7 @@ def test_wire_round_trip_and_tolerance() -> None:
         assert Capabilities.from_dict(caps.to_dict()) == caps
     assert LOCAL.to_dict() == {
         "mode": "local",
-        "max_nodes": 1,
+        "max_nodes": 8,
         "launchers": ["command", "torchrun"],
         "images": False,
     }

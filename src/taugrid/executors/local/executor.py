@@ -23,7 +23,7 @@ from taugrid.domain.stops import StopReason, parse_stop_reason
 from taugrid.executors.local import isolation, orphans, process
 from taugrid.executors.local.diskguard import RESERVE_FILE
 from taugrid.executors.local.files import read_json
-from taugrid.executors.local.launch import free_port, launch_command
+from taugrid.executors.local.launch import free_port, launch_nodes
 from taugrid.executors.local.layout import RunLayout
 from taugrid.executors.local.supervisor import CANCEL_FILE
 from taugrid.ports.executor import AttemptKey, Capabilities, LaunchRequest, Observation
@@ -91,8 +91,9 @@ class LocalExecutor(RunLayout):
         for d in (self.output_dir(req.run_id), self.checkpoint_dir(req.run_id)):
             d.mkdir(parents=True, exist_ok=True)
         gpus = list(req.placement.gpus) if req.placement is not None else []
-        # Every launcher runs on this one machine (launch.py): torchrun gets a free port.
-        command, launcher_env = launch_command(
+        # Every launcher runs on this one machine (launch.py), every node too: the
+        # rendezvous gets a free port.
+        nodes = launch_nodes(
             req.command,
             launcher=req.launcher,
             nodes=req.nodes,
@@ -100,30 +101,34 @@ class LocalExecutor(RunLayout):
             procs_per_node=req.resources.get("procs_per_node"),
             master_port=free_port(),
         )
-        env, sandbox = {**req.env, **launcher_env}, None
+        command = nodes[0].command
+        # One node: its launcher's variables in the environment. Several: each node's
+        # are its own, over the run's (nodegroup).
+        env = {**req.env, **nodes[0].env} if len(nodes) == 1 else dict(req.env)
+        sandbox = None
         if self.sandbox is not None:
             env, sandbox = self._sandbox(req, workdir, env, command)
         notify = None
         if self.notify_url and self.token_file:
             notify = {"url": self.notify_url, "token_file": str(self.token_file)}
-        _write_launch_file(
-            adir / "launch.json",
-            {
-                "command": command,
-                "setup": req.setup,
-                "cwd": str(workdir),
-                "env": env,
-                "stop_grace_s": req.stop_grace_s,
-                "timeout_s": req.timeout_s,
-                "outputs": req.outputs,
-                "secret_files": req.secret_refs,
-                "disk_limit_bytes": req.disk_limit_bytes,
-                "output_dir": str(self.output_dir(req.run_id)),
-                "notify": notify,
-                "launched_at": time.time(),
-                "sandbox": sandbox,  # what the workload can see; None: no sandbox
-            },
-        )
+        launch: dict[str, Any] = {
+            "command": command,
+            "setup": req.setup,
+            "cwd": str(workdir),
+            "env": env,
+            "stop_grace_s": req.stop_grace_s,
+            "timeout_s": req.timeout_s,
+            "outputs": req.outputs,
+            "secret_files": req.secret_refs,
+            "disk_limit_bytes": req.disk_limit_bytes,
+            "output_dir": str(self.output_dir(req.run_id)),
+            "notify": notify,
+            "launched_at": time.time(),
+            "sandbox": sandbox,  # what the workload can see; None: no sandbox
+        }
+        if len(nodes) > 1:  # each node's command and what its launcher adds to env
+            launch["nodes"] = [{"command": n.command, "env": n.env} for n in nodes]
+        _write_launch_file(adir / "launch.json", launch)
         process.start_supervisor(adir, python=self.python)
 
     def _sandbox(

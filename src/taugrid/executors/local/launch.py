@@ -32,17 +32,27 @@ machine:
   ``TAU_DIST_BACKEND``: ``nccl`` when the run has GPUs, ``gloo`` otherwise.
 - ``ray``: not supported in local mode yet (:class:`UsageError`).
 
-More than one node is a :class:`UsageError` for every launcher: local mode runs on one
-machine; multi-node runs need the Kubernetes mode.
+``nodes: N`` (2 up to ``LOCAL.max_nodes``): :func:`launch_nodes` gives each of the N
+"nodes" on this machine what the cluster's Indexed Job gives each pod
+(``manifests.workloads.render_indexed_job``): the command once per node (``command``), or
+one torchrun per node with ``--nnodes=N --node-rank=i --nproc-per-node=P
+--master-addr=127.0.0.1 --master-port=<free port>`` (``torchrun``); and, for every
+launcher, ``MASTER_ADDR``, ``MASTER_PORT``, ``NNODES``, ``NODE_RANK``, ``WORLD_SIZE``
+(N x P) and ``TAU_DIST_BACKEND``. The placement holds N x ``resources.gpus`` GPUs (the
+admission multiplies the request by ``nodes``); node i gets the i-th slice of them as its
+``CUDA_VISIBLE_DEVICES``, and P is ``procs_per_node``, else its GPUs, else 1. The
+supervisor runs the nodes as one unit (``nodegroup``).
 """
 
 from __future__ import annotations
 
 import socket
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from taugrid.domain.launchers import TORCH_RUN_MODULE, torchrun_target
 from taugrid.errors import UsageError
+from taugrid.spec.modes import LOCAL
 
 LOCALHOST = "127.0.0.1"
 
@@ -63,30 +73,16 @@ def launch_command(
     procs_per_node: int | None,
     master_port: int,
 ) -> tuple[list[str] | str, dict[str, str]]:
-    """The command to start for ``launcher`` and the environment to add to the workload's.
+    """The command to start for ``launcher`` and the environment to add to the workload's,
+    for a run of one node (:func:`launch_nodes` for more).
 
     Raises :class:`UsageError` for what local mode cannot run (see the module docstring).
     """
-    if nodes < 1:
-        raise UsageError(f"nodes must be at least 1 (got {nodes})")
     if nodes > 1:
-        raise UsageError(
-            f"nodes: {nodes}: local mode runs on one machine; "
-            "multi-node runs need the Kubernetes mode (or set nodes: 1)"
-        )
-    if procs_per_node is not None and procs_per_node < 1:
-        raise UsageError(f"resources.procs_per_node must be at least 1 (got {procs_per_node})")
+        raise UsageError(f"nodes: {nodes}: launch_command starts one node; see launch_nodes")
+    _check(launcher=launcher, nodes=nodes, procs_per_node=procs_per_node, port=master_port)
     if launcher == "command":
         return command, {}
-    if launcher == "ray":
-        raise UsageError(
-            "launcher: ray is not supported in local mode yet; use launcher: command "
-            "(and start Ray from your command) or the Kubernetes mode"
-        )
-    if launcher != "torchrun":
-        raise UsageError(f"unknown launcher {launcher!r}: expected one of command, torchrun, ray")
-    if not 0 < master_port < 65536:
-        raise UsageError(f"master port must be in 1..65535 (got {master_port})")
     nprocs = procs_per_node if procs_per_node is not None else (len(gpu_indices) or 1)
     python, target = torchrun_target(command)
     argv = [
@@ -109,3 +105,102 @@ def launch_command(
         "TAU_DIST_BACKEND": "nccl" if gpu_indices else "gloo",
     }
     return argv, env
+
+
+@dataclass(frozen=True)
+class NodeLaunch:
+    """What one node of a run starts: its command, and what its launcher adds to the
+    run's environment (for ``nodes > 1``: the rendezvous and the node's GPUs)."""
+
+    command: list[str] | str
+    env: dict[str, str]
+
+
+def launch_nodes(
+    command: list[str] | str,
+    *,
+    launcher: str,
+    nodes: int,
+    gpu_indices: Sequence[int],
+    procs_per_node: int | None,
+    master_port: int,
+) -> list[NodeLaunch]:
+    """One :class:`NodeLaunch` per node (see the module docstring); for ``nodes: 1``
+    exactly :func:`launch_command`'s. Raises :class:`UsageError` for what local mode
+    cannot run."""
+    if nodes <= 1:
+        argv, env = launch_command(
+            command,
+            launcher=launcher,
+            nodes=nodes,
+            gpu_indices=gpu_indices,
+            procs_per_node=procs_per_node,
+            master_port=master_port,
+        )
+        return [NodeLaunch(argv, env)]
+    _check(launcher=launcher, nodes=nodes, procs_per_node=procs_per_node, port=master_port)
+    slices = gpu_slices(gpu_indices, nodes)
+    nprocs = procs_per_node if procs_per_node is not None else (len(slices[0]) or 1)
+    rendezvous = {
+        "MASTER_ADDR": LOCALHOST,
+        "MASTER_PORT": str(master_port),
+        "NNODES": str(nodes),
+        "WORLD_SIZE": str(nodes * nprocs),
+        "TAU_DIST_BACKEND": "nccl" if gpu_indices else "gloo",
+    }
+    target = torchrun_target(command) if launcher == "torchrun" else None
+    out = []
+    for rank, gpus in enumerate(slices):
+        env = {
+            **rendezvous,
+            "NODE_RANK": str(rank),
+            "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in gpus),
+        }
+        if target is None:
+            out.append(NodeLaunch(command, env))
+            continue
+        python, args = target
+        argv = [
+            python,
+            "-m",
+            TORCH_RUN_MODULE,
+            f"--nnodes={nodes}",
+            f"--node-rank={rank}",
+            f"--nproc-per-node={nprocs}",
+            f"--master-addr={LOCALHOST}",
+            f"--master-port={master_port}",
+            *args,
+        ]
+        out.append(NodeLaunch(argv, env))
+    return out
+
+
+def gpu_slices(gpu_indices: Sequence[int], nodes: int) -> list[tuple[int, ...]]:
+    """Each node's GPUs: the placement's, in order, the same number to every node."""
+    if len(gpu_indices) % nodes:
+        raise UsageError(
+            f"the placement's {len(gpu_indices)} GPUs cannot be shared evenly by {nodes} nodes"
+        )
+    each = len(gpu_indices) // nodes
+    return [tuple(gpu_indices[i * each : (i + 1) * each]) for i in range(nodes)]
+
+
+def _check(*, launcher: str, nodes: int, procs_per_node: int | None, port: int) -> None:
+    if nodes < 1:
+        raise UsageError(f"nodes must be at least 1 (got {nodes})")
+    if nodes > LOCAL.max_nodes:
+        raise UsageError(
+            f"nodes: {nodes}: local mode runs at most {LOCAL.max_nodes} nodes, all on this "
+            "machine; more need the Kubernetes mode"
+        )
+    if procs_per_node is not None and procs_per_node < 1:
+        raise UsageError(f"resources.procs_per_node must be at least 1 (got {procs_per_node})")
+    if launcher == "ray":
+        raise UsageError(
+            "launcher: ray is not supported in local mode yet; use launcher: command "
+            "(and start Ray from your command) or the Kubernetes mode"
+        )
+    if launcher not in ("command", "torchrun"):
+        raise UsageError(f"unknown launcher {launcher!r}: expected one of command, torchrun, ray")
+    if (launcher == "torchrun" or nodes > 1) and not 0 < port < 65536:
+        raise UsageError(f"master port must be in 1..65535 (got {port})")

@@ -1,5 +1,9 @@
 """What the supervisor reads from ``launch.json``: checks, the command line and the
-secrets. Stdlib only (see ``supervisor``'s docstring for why)."""
+secrets. Stdlib only (see ``supervisor``'s docstring for why).
+
+A run of several nodes (``nodes: N`` in local mode) has ``nodes`` besides: one
+``{"command", "env"}`` per node, its command and what its launcher adds to ``env`` for it
+(``nodegroup``); the top-level ``command`` and ``env`` stay those of the run."""
 
 from __future__ import annotations
 
@@ -25,16 +29,21 @@ def check_launch(launch: Any) -> str | None:
     """A problem with launch.json, or None."""
     if not isinstance(launch, dict):
         return "launch.json is not an object"
-    cmd = launch.get("command")
-    if not (isinstance(cmd, str) and cmd.strip()) and not (
-        isinstance(cmd, list) and cmd and all(isinstance(a, str) for a in cmd)
-    ):
-        return "command must be a non-empty string or list of strings"
-    env = launch.get("env")
-    if not isinstance(env, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in env.items()
-    ):
-        return "env must map strings to strings"
+    problem = _check_command_and_env(launch, "")
+    if problem is not None:
+        return problem
+    nodes = launch.get("nodes")
+    if nodes is not None:
+        if not isinstance(nodes, list) or not nodes:
+            return "nodes must be a non-empty list or null"
+        for i, node in enumerate(nodes):
+            problem = (
+                _check_command_and_env(node, f"nodes[{i}].")
+                if isinstance(node, dict)
+                else f"nodes[{i}] is not an object"
+            )
+            if problem is not None:
+                return problem
     if not isinstance(launch.get("cwd"), str):
         return "cwd must be a string"
     if launch.get("setup") is not None and not isinstance(launch["setup"], str):
@@ -53,6 +62,20 @@ def check_launch(launch: Any) -> str | None:
         )
     ):
         return "secret_files must map environment variable names to absolute paths"
+    return None
+
+
+def _check_command_and_env(launch: dict[str, Any], where: str) -> str | None:
+    cmd = launch.get("command")
+    if not (isinstance(cmd, str) and cmd.strip()) and not (
+        isinstance(cmd, list) and cmd and all(isinstance(a, str) for a in cmd)
+    ):
+        return f"{where}command must be a non-empty string or list of strings"
+    env = launch.get("env")
+    if not isinstance(env, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+    ):
+        return f"{where}env must map strings to strings"
     return None
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Iterable
+from typing import Protocol
 
 MASK = b"***"
 # Shorter values would mask ordinary words and digits all over the log ("1", "true").
@@ -41,6 +42,15 @@ def secret_variants(values: Iterable[str]) -> list[bytes]:
             if len(text) >= MIN_SECRET_CHARS:
                 found.add(text.encode("utf-8", "surrogateescape"))
     return sorted(found, key=lambda b: (-len(b), b))
+
+
+class StreamFilter(Protocol):
+    """What :class:`OutputPump` passes the output through: :class:`SecretMasker`, or one
+    that also prefixes every line with its node (``nodegroup.NodeLines``)."""
+
+    def feed(self, data: bytes) -> bytes: ...
+
+    def flush(self) -> bytes: ...
 
 
 class SecretMasker:
@@ -107,7 +117,7 @@ class OutputPump:
     read end is non-blocking, so the supervisor's loop stays responsive, and the workload
     never waits on a full pipe for long because the supervisor always reads."""
 
-    def __init__(self, read_fd: int, log_fd: int, masker: SecretMasker) -> None:
+    def __init__(self, read_fd: int, log_fd: int, masker: StreamFilter) -> None:
         os.set_blocking(read_fd, False)
         self.read_fd = read_fd
         self.log_fd = log_fd

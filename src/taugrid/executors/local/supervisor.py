@@ -21,7 +21,10 @@ a run survives the server being killed. Contract (all inside ATTEMPT_DIR):
   as ``disk_full``, keeping a small reserve file so the last status can be written;
 - sandbox: with ``sandbox`` in launch.json the workload runs in bubblewrap as that
   description says (``sandbox.bwrap_argv``); ``sandboxrun`` keeps the stop, exit status
-  and output semantics above exactly what they are without one. Files made here are 0600.
+  and output semantics above exactly what they are without one. Files made here are 0600;
+- nodes: with ``nodes`` in launch.json (``nodes: N`` in local mode) the supervisor runs
+  one node supervisor per node, each all of the above for its node's process tree, and
+  the attempt as one unit: see ``nodegroup``.
 
 Start-up time is on the submit-to-running path, so this module and the ones it imports
 (``proctree``, ``launchfile``) use only cheap stdlib modules up front (http.client,
@@ -45,6 +48,8 @@ from typing import Any
 
 if not __package__:  # run as a file (python -I -S .../supervisor.py): find our own package
     sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), *[".."] * 3)))
+if __name__ == "__main__":  # nodegroup imports this module by its name: this one, not a copy
+    sys.modules.setdefault("taugrid.executors.local.supervisor", sys.modules[__name__])
 
 from taugrid.executors.local import (
     diskguard,
@@ -120,6 +125,9 @@ def _detach(attempt_dir: str) -> None:
 
 
 class Supervisor:
+    # Before each line the supervisor writes into output.log ("[node 1] " for a node's).
+    line_prefix = ""
+
     def __init__(self, attempt_dir: str) -> None:
         self.dir = attempt_dir
         self.launch: dict[str, Any] = {}
@@ -147,7 +155,7 @@ class Supervisor:
     def append_output(self, message: str) -> None:
         def append() -> None:
             with open(self.path(OUTPUT_LOG), "a", encoding="utf-8") as f:
-                f.write(f"taugrid: {message}\n")
+                f.write(f"{self.line_prefix}taugrid: {message}\n")
 
         try:
             self._on_full_disk(append)
@@ -301,6 +309,10 @@ class Supervisor:
         return roots
 
     def _run_workload(self) -> int:
+        if self.launch.get("nodes"):  # several nodes, each a process tree of its own
+            from taugrid.executors.local import nodegroup
+
+            return nodegroup.run_group(self)
         proc = self.start()
         if proc is None:
             return 0
@@ -355,7 +367,8 @@ class Supervisor:
         except OSError as exc:
             error = f"cannot start the workload: {exc}"
             with contextlib.suppress(OSError):
-                os.write(log_fd, f"taugrid: {error}\n".encode("utf-8", "replace"))
+                line = f"{self.line_prefix}taugrid: {error}\n"
+                os.write(log_fd, line.encode("utf-8", "replace"))
             if self.pump is not None:
                 self.pump.finish()  # closes log_fd too
             else:
@@ -591,6 +604,8 @@ def _warm_up() -> None:
     for prctl (ctypes) and the modules imported on demand."""
     import shutil  # noqa: F401  (copy_outputs)
     import traceback  # noqa: F401  (main)
+
+    from taugrid.executors.local import nodegroup  # noqa: F401  (nodes > 1)
 
     proctree.die_with_us()
 
