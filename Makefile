@@ -13,10 +13,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m compileall -q src
 	touch $(STAMP)
 
-# `make test` also runs the PyTorch example (examples/pytorch-ddp-resume); `make demo` does not.
-TORCH_STAMP := $(VENV)/.installed-torch
+# `make test` also installs PyTorch (examples/pytorch-ddp-resume), Ray (launcher: ray) and
+# s3fs (object storage, tested against moto's S3 server); `make demo` needs none of them.
+TORCH_STAMP := $(VENV)/.installed-test
 $(TORCH_STAMP): $(STAMP)
-	$(BIN)/pip install -q -e '.[dev,examples,torch]'
+	$(BIN)/pip install -q -e '.[dev,examples,torch,ray,s3]'
 	touch $(TORCH_STAMP)
 
 install: $(STAMP)
