@@ -13,7 +13,9 @@ What the policy decides here, as Kueue would see it:
   node labels (Kueue then assigns only those) and tolerations for the taints of those
   that do not tolerate their own;
 - checkpoints and outputs go on the workspace's PVC (``storage.pvc``), in the run's own
-  directory; without one they live in the pod, and a restart starts fresh.
+  directory, or in object storage (``storage.url``: an emptyDir in the pod, filled from
+  the bucket before the workload starts and uploaded by a sidecar as checkpoints are
+  committed); without either they live in the pod, and a restart starts fresh.
 
 The pod's environment is the workload environment of DESIGN.md 3.3 with the paths
 inside the pod. ``CUDA_VISIBLE_DEVICES`` is left to the device plugin (the container
@@ -36,6 +38,7 @@ from taugrid.manifests.workloads import (
     MANAGED_BY,
     CodeFetch,
     JobInput,
+    ObjectSync,
     RunStorage,
     SecretRef,
     job_name,
@@ -45,7 +48,7 @@ from taugrid.manifests.workloads import (
     render_rayjob,
 )
 from taugrid.policy.kueue import namespace_for
-from taugrid.policy.models import Flavor, Policy, Workspace
+from taugrid.policy.models import Flavor, Policy, Storage, Workspace
 from taugrid.spec.models import TauSpec
 
 DEFAULT_HELPER_IMAGE = f"ghcr.io/taugrid/taugrid:{__version__}"
@@ -86,6 +89,7 @@ class ClusterPlacement:
     node_affinity: tuple[Mapping[str, str], ...]
     tolerations: tuple[Mapping[str, str], ...]
     storage_claim: str | None
+    storage: Storage | None = None  # the workspace's, for its object storage URL
 
 
 def place(spec: TauSpec, policy: Policy, target: ClusterTarget) -> ClusterPlacement:
@@ -112,6 +116,7 @@ def place(spec: TauSpec, policy: Policy, target: ClusterTarget) -> ClusterPlacem
         node_affinity=affinity,
         tolerations=tolerations,
         storage_claim=ws.storage.pvc if ws.storage is not None else None,
+        storage=ws.storage,
     )
 
 
@@ -248,6 +253,21 @@ def attempt_input(
         storage=RunStorage(
             claim=placement.storage_claim, sub_path=f"runs/{ident.run_id}", mount=RUN_MOUNT
         ),
+        object_sync=_object_sync(placement.storage, ident, target),
+    )
+
+
+def _object_sync(
+    storage: Storage | None, ident: AttemptIdentity, target: ClusterTarget
+) -> ObjectSync | None:
+    if storage is None or storage.url is None:
+        return None
+    return ObjectSync(
+        helper_image=target.helper_image,
+        url=storage.url,
+        endpoint_url=storage.endpoint_url,
+        credentials_secret=storage.credentials_secret,
+        resume_step=ident.resume_from,
     )
 
 

@@ -34,6 +34,7 @@ a name that is a DNS-1035 label of at most 47 characters (the operator's rule).
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 import shlex
@@ -97,6 +98,23 @@ class RunStorage:
 
 
 @dataclass(frozen=True)
+class ObjectSync:
+    """Checkpoints and outputs in object storage (a workspace's ``storage.url``): the
+    workload writes to an emptyDir as on any disk; an init container of TauGrid's image
+    first downloads the checkpoint the server chose (``resume_step``), and a native
+    sidecar (``restartPolicy: Always``) uploads each checkpoint once the SDK has
+    committed it, and the outputs at the end (``taugrid.podstorage``). Credentials come
+    from the workspace's Secret by reference, never as values."""
+
+    helper_image: str
+    url: str  # s3://bucket[/prefix]
+    endpoint_url: str | None = None
+    credentials_secret: str | None = None  # keys AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY
+    resume_step: str | None = None  # a step directory name (step-...), or None
+    interval_s: int = 5  # between the sidecar's passes
+
+
+@dataclass(frozen=True)
 class JobInput:
     run_id: str
     attempt: int
@@ -124,6 +142,7 @@ class JobInput:
     code: CodeFetch | None = None
     storage: RunStorage | None = None
     setup: str | None = None  # a shell command run before the command, in the same container
+    object_sync: ObjectSync | None = None  # with storage: the run's files in a bucket
 
 
 def job_name(run_id: str, attempt: int) -> str:
@@ -296,6 +315,8 @@ def _pod_spec(inp: JobInput) -> dict[str, Any]:
         pod["volumes"] = volumes
     if inp.code is not None:
         pod["initContainers"] = [_fetch_code(inp.code, inp.workdir)]
+    if inp.object_sync is not None and inp.storage is not None:
+        pod.setdefault("initContainers", []).extend(_object_sync(inp, inp.object_sync))
     if inp.node_affinity:
         pod["affinity"] = {
             "nodeAffinity": {
@@ -361,6 +382,77 @@ def _fetch_code(code: CodeFetch, workdir: str) -> dict[str, Any]:
             "limits": {"memory": "512Mi"},
         },
         "volumeMounts": [{"name": CODE_VOLUME, "mountPath": workdir}],
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "runAsNonRoot": True,
+            "readOnlyRootFilesystem": True,
+        },
+    }
+
+
+RESUME_CONTAINER = "fetch-resume"
+SYNC_CONTAINER = "sync-checkpoints"
+STORAGE_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+
+
+def _object_sync(inp: JobInput, sync: ObjectSync) -> list[dict[str, Any]]:
+    """The helpers that move the run's files between its emptyDir and the bucket, in
+    start order: the resume point's download (only when resuming), then the sidecar,
+    which starts after it (init containers start in order) so it finds the fetched
+    checkpoint already in place and does not upload it again."""
+    assert inp.storage is not None
+    env: list[dict[str, Any]] = [
+        {"name": "TAU_STORAGE_URL", "value": sync.url},
+        {"name": "TAU_RUN_ID", "value": inp.run_id},
+        {"name": "TAU_CHECKPOINT_DIR", "value": inp.env["TAU_CHECKPOINT_DIR"]},
+    ]
+    if sync.endpoint_url:
+        env.append({"name": "TAU_STORAGE_ENDPOINT", "value": sync.endpoint_url})
+    if sync.credentials_secret:
+        env += [
+            {
+                "name": key,
+                "valueFrom": {"secretKeyRef": {"name": sync.credentials_secret, "key": key}},
+            }
+            for key in STORAGE_KEYS
+        ]
+    mounts = [{"name": RUN_VOLUME, "mountPath": inp.storage.mount}]
+    out = []
+    if sync.resume_step:
+        out.append(
+            _helper(
+                RESUME_CONTAINER,
+                sync.helper_image,
+                [*env, {"name": "TAU_RESUME_STEP", "value": sync.resume_step}],
+                mounts,
+            )
+        )
+    sidecar_env = [
+        *env,
+        {"name": "TAU_OUTPUT_DIR", "value": inp.env["TAU_OUTPUT_DIR"]},
+        {"name": "TAU_SYNC_INTERVAL", "value": str(sync.interval_s)},
+    ]
+    sidecar = _helper(SYNC_CONTAINER, sync.helper_image, sidecar_env, mounts)
+    sidecar["restartPolicy"] = "Always"  # a native sidecar: it runs beside the workload
+    out.append(sidecar)
+    return out
+
+
+def _helper(
+    name: str, image: str, env: list[dict[str, Any]], mounts: list[dict[str, Any]]
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "image": image,
+        "command": ["python", "-m", PODHELPER_MODULE, name],
+        # Copies: containers sharing one dict would be YAML anchors in `tau render`.
+        "env": copy.deepcopy(env),
+        "resources": {
+            "requests": {"cpu": "100m", "memory": "128Mi"},
+            "limits": {"memory": "512Mi"},
+        },
+        "volumeMounts": copy.deepcopy(mounts),
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "capabilities": {"drop": ["ALL"]},

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from taugrid.domain.quota import QueueingStrategy, ReclaimWithinCohort, Resource, WithinClusterQueue
+from taugrid.objfs import endpoint_problem, url_problem
 from taugrid.policy.quantities import CPU_HELP, MEMORY_HELP, cpu_millis, gpu_count, memory_bytes
 from taugrid.spec.messages import yaml_kind
 from taugrid.spec.models import NonBlank
@@ -255,15 +256,75 @@ class UserLimits(_Strict):
     max_gpus: int | None = Field(None, ge=0)
 
 
-class Storage(_Strict):
-    """Where a workspace's runs keep checkpoints and outputs on a cluster."""
+def _check_url(value: str) -> str:
+    problem = url_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
 
-    pvc: Name = Field(
+
+def _check_endpoint(value: str) -> str:
+    problem = endpoint_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+def _check_secret_name(value: str) -> str:
+    """A Secret's name: a DNS-1123 subdomain."""
+    if len(value) > 253 or not re.fullmatch(_SUBDOMAIN, value):
+        raise ValueError(
+            f"{value!r} is not a Kubernetes Secret name: lowercase letters, digits, '-' "
+            "and '.', starting and ending with a letter or digit, at most 253 characters"
+        )
+    return value
+
+
+class Storage(_Strict):
+    """Where a workspace's runs keep checkpoints and outputs on a cluster: a PVC, or an
+    object storage URL (one of the two)."""
+
+    pvc: Name | None = Field(
+        None,
         description=(
             "A PersistentVolumeClaim in the workspace's namespace (ReadWriteMany for "
             "multi-node runs); each run gets its own directory runs/<run id> on it."
-        )
+        ),
     )
+    url: Annotated[str, AfterValidator(_check_url)] | None = Field(
+        None,
+        description=(
+            "An object storage URL, s3://bucket[/prefix]; each run's files go under "
+            "<url>/runs/<run id>/ (checkpoints/, outputs/), moved by a sidecar of the pod."
+        ),
+    )
+    endpoint_url: Annotated[str, AfterValidator(_check_endpoint)] | None = Field(
+        None, description="The S3 API's endpoint (MinIO, Ceph, ...); default: AWS's."
+    )
+    credentials_secret: Annotated[str, AfterValidator(_check_secret_name)] | None = Field(
+        None,
+        description=(
+            "A Secret in the workspace's namespace with keys AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY; default: the pod's own identity (e.g. IRSA)."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _one_place(self) -> Storage:
+        if (self.pvc is None) == (self.url is None):
+            raise ValueError(
+                "set exactly one of pvc (a PersistentVolumeClaim) and url (object storage)"
+                if self.pvc is None
+                else "pvc and url are mutually exclusive: set one of them"
+            )
+        if self.url is None:
+            extra = [
+                k for k in ("endpoint_url", "credentials_secret") if getattr(self, k) is not None
+            ]
+            if extra:
+                verb = "goes" if len(extra) == 1 else "go"
+                raise ValueError(f"{' and '.join(extra)} {verb} with url, not with pvc")
+        return self
 
 
 class Workspace(_Strict):

@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any, TypeGuard, TypeVar
 
 MANIFEST = "tau-checkpoint.json"
 FORMAT = 1
@@ -41,6 +41,7 @@ STEP_DIR_RE = re.compile(r"step-(\d{10,})\Z")
 _SHA_RE = re.compile(r"[0-9a-f]{64}\Z")
 _HASH_BUF = 1 << 20  # bytes read per call while hashing a file (fits in L2)
 _PARALLEL_HASH_MIN = 64 << 20  # below this, hashing in threads is not worth it
+P = TypeVar("P")  # where a checkpoint directory is: a Path here, a key in a bucket elsewhere
 
 
 # -- errors --------------------------------------------------------------------------------
@@ -320,21 +321,34 @@ def read_manifest(path: Path) -> tuple[Manifest | None, str | None]:
     return parse_manifest(raw)
 
 
+def entry_problem(f: FileEntry, size: int | None, *, regular: bool = True) -> str | None:
+    """Why a listed file found with ``size`` (None: missing) does not match its entry.
+    The rule every reader applies (this module on disk, the object store in a bucket)."""
+    if size is None:
+        return f"missing file {f.path}"
+    if not regular:
+        return f"file {f.path} is not a regular file"
+    if size != f.size:
+        return f"size mismatch of file {f.path}: manifest says {f.size} bytes, found {size}"
+    return None
+
+
+def digest_problem(f: FileEntry, sha256: str) -> str | None:
+    return None if sha256 == f.sha256 else f"sha256 mismatch of file {f.path}"
+
+
 def check_files(path: Path, files: Sequence[FileEntry], *, full: bool) -> str | None:
     """Presence and sizes of every file, then (``full``) their sha256; first problem wins."""
     for f in files:
         try:
             st = os.stat(path / f.path, follow_symlinks=False)
         except FileNotFoundError:
-            return f"missing file {f.path}"
+            return entry_problem(f, None)
         except OSError as exc:
             return f"cannot read file {f.path}: {exc.strerror or exc}"
-        if not stat.S_ISREG(st.st_mode):
-            return f"file {f.path} is not a regular file"
-        if st.st_size != f.size:
-            return (
-                f"size mismatch of file {f.path}: manifest says {f.size} bytes, found {st.st_size}"
-            )
+        problem = entry_problem(f, st.st_size, regular=stat.S_ISREG(st.st_mode))
+        if problem is not None:
+            return problem
     if not full:
         return None
     digests: dict[str, str] = {}
@@ -353,8 +367,9 @@ def check_files(path: Path, files: Sequence[FileEntry], *, full: bool) -> str | 
     except OSError as exc:
         return f"cannot read file {exc.filename or ''}: {exc.strerror or exc}"
     for f in files:
-        if digests[f.path] != f.sha256:
-            return f"sha256 mismatch of file {f.path}"
+        problem = digest_problem(f, digests[f.path])
+        if problem is not None:
+            return problem
     return None
 
 
@@ -379,12 +394,26 @@ def verify(path: str | os.PathLike[str], *, full: bool = True) -> str | None:
 
 def inspect(path: Path, step: int, *, full: bool) -> CheckpointInfo:
     manifest, problem = read_manifest(path)
+    return info_from_manifest(
+        path, step, manifest, problem, lambda files: check_files(path, files, full=full)
+    )
+
+
+def info_from_manifest(
+    path: Path,
+    step: int,
+    manifest: Manifest | None,
+    problem: str | None,
+    check: Callable[[Sequence[FileEntry]], str | None],
+) -> CheckpointInfo:
+    """The record of ``step``'s directory from its parsed manifest (or why there is none)
+    and ``check`` of its files: where the files are (disk, a bucket) is the caller's."""
     if manifest is None:
         return CheckpointInfo(step, path, None, None, None, 0, 0, (), False, problem)
     if manifest.step != step:
         problem = f"manifest step {manifest.step} does not match the directory name {path.name}"
     else:
-        problem = check_files(path, manifest.files, full=full)
+        problem = check(manifest.files)
     return CheckpointInfo(
         step=step,
         path=path,
@@ -443,10 +472,28 @@ def newest_verified(
     first one left is returned. Skipped entries carry the reason in ``problem``. Only the
     returned checkpoint (and corrupt newer ones) are hashed, never older ones.
     """
+    dirs = step_dirs(resolve_root(root))
+    return pick_resume(
+        dirs,
+        lambda p, step, full_: inspect(p, step, full=full_),
+        exclude_written_after=exclude_written_after,
+        full=full,
+    )
+
+
+def pick_resume(
+    dirs: Sequence[tuple[int, P]],
+    inspect_one: Callable[[P, int, bool], CheckpointInfo],
+    *,
+    exclude_written_after: float | None,
+    full: bool,
+) -> tuple[CheckpointInfo | None, list[CheckpointInfo]]:
+    """:func:`newest_verified`'s walk over ``dirs`` (newest step first), wherever they
+    are: ``inspect_one(where, step, full)`` reads one (disk here, a bucket elsewhere)."""
     skipped: list[CheckpointInfo] = []
-    for step, p in step_dirs(resolve_root(root)):
+    for step, p in dirs:
         if exclude_written_after is not None:
-            quick = inspect(p, step, full=False)
+            quick = inspect_one(p, step, False)
             if quick.time is not None and quick.time > exclude_written_after:
                 skipped.append(
                     _replace_problem(
@@ -461,7 +508,7 @@ def newest_verified(
                     return quick, skipped
                 skipped.append(quick)
                 continue
-        info = inspect(p, step, full=full)
+        info = inspect_one(p, step, full)
         if info.verified:
             return info, skipped
         skipped.append(info)
