@@ -15,7 +15,10 @@ What this adds to kmock 0.8 (its gaps, see shared/reference/kubernetes-testing.m
 - faults are answered before kmock touches its store (kmock records a create even when a
   reaction answers it), so an injected 500 on a create leaves nothing behind;
 - ``GET .../pods/P/log`` serves lines the test appended (kmock would return the Pod),
-  with ``container``, ``timestamps``, ``sinceTime`` and ``follow``;
+  with ``container``, ``timestamps``, ``sinceTime`` and ``follow``; ``cut_logs()`` ends
+  the open followed streams mid-way (the log goes on), ``drop_log()`` forgets a log (as
+  the kubelet does with a deleted pod's), and ``since_time_seconds=True`` reads
+  ``sinceTime`` in whole seconds, as a real API server forwards it to the kubelet;
 - ``resource_versions=True`` stamps a counter as ``metadata.resourceVersion`` on every
   change and on lists, and a watch from a version replays the changes after it (410 Gone
   once ``compact()`` forgot them); by default objects carry none and a watch ignores the
@@ -107,9 +110,10 @@ class SeenRequest:
 class _Log:
     lines: list[tuple[str, bytes]] = field(default_factory=list)  # (timestamp, line)
     ended: bool = False
+    cuts: int = 0  # how many times cut_logs() ended the open streams
 
-    def grown(self, seen: int) -> bool:
-        return len(self.lines) > seen or self.ended
+    def grown(self, seen: int, cuts: int = 0) -> bool:
+        return len(self.lines) > seen or self.ended or self.cuts != cuts
 
 
 class _Versions:
@@ -157,6 +161,7 @@ class _Emulator(kmock.KubernetesEmulator):
     """kmock's emulator with the additions listed in the module docstring."""
 
     versions: _Versions | None = None  # set before entering, to stamp resourceVersions
+    since_time_seconds = False  # sinceTime in whole seconds (a real API server's)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -331,6 +336,8 @@ class _Emulator(kmock.KubernetesEmulator):
             raise kmock.KubernetesNotFoundError(message=f'pods "{key[1]}" not found')
         stamps = request.params.get("timestamps") == "true"
         since = request.params.get("sinceTime")
+        if since is not None and self.since_time_seconds:
+            since = since[:19]  # YYYY-MM-DDTHH:MM:SS: every line of that second is >= it
         log = self.logs[key]
 
         def render(start: int) -> bytes:
@@ -344,15 +351,15 @@ class _Emulator(kmock.KubernetesEmulator):
             return render(0)
 
         async def follow() -> AsyncIterator[bytes]:
-            sent = 0
+            sent, cuts = 0, log.cuts
             while True:
                 chunk = render(sent)
                 sent = len(log.lines)
                 yield chunk  # the first one, even empty, sends the headers
-                if log.ended:
+                if log.ended or log.cuts != cuts:
                     return
                 async with self.logs_changed:
-                    await self.logs_changed.wait_for(functools.partial(log.grown, sent))
+                    await self.logs_changed.wait_for(functools.partial(log.grown, sent, cuts))
 
         return follow()
 
@@ -375,8 +382,11 @@ def _now() -> str:
 class KubeEmulator:
     """kmock on 127.0.0.1 in a background thread; a context manager. See the module doc."""
 
-    def __init__(self, *, resource_versions: bool = False) -> None:
+    def __init__(
+        self, *, resource_versions: bool = False, since_time_seconds: bool = False
+    ) -> None:
         self._resource_versions = resource_versions
+        self._since_time_seconds = since_time_seconds
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stop: asyncio.Event | None = None
@@ -422,6 +432,7 @@ class KubeEmulator:
     async def _serve(self) -> None:
         self._stop = asyncio.Event()
         emulator = _Emulator()
+        emulator.since_time_seconds = self._since_time_seconds
         if self._resource_versions:
             emulator.use_versions(_Versions())
         async with emulator, kmock.Server(emulator, host="127.0.0.1") as server:
@@ -636,6 +647,33 @@ class KubeEmulator:
                 emu.logs_changed.notify_all()
 
         self._call(end)
+
+    def cut_logs(self, namespace: str | None = None, pod: str | None = None) -> None:
+        """End the open followed log streams (of one pod, or all) mid-way: the container
+        runs on and its log keeps growing; a follower must resume."""
+
+        async def cut() -> None:
+            emu = self._emu
+            async with emu.logs_changed:
+                for (ns, name, _), log in emu.logs.items():
+                    if namespace in (None, ns) and pod in (None, name):
+                        log.cuts += 1
+                emu.logs_changed.notify_all()
+
+        self._call(cut)
+
+    def drop_log(self, namespace: str, pod: str, container: str) -> None:
+        """Forget a container's log (the kubelet's, once its pod is deleted): reads 404."""
+
+        async def drop() -> None:
+            emu = self._emu
+            async with emu.logs_changed:
+                log = emu.logs.pop((namespace, pod, container), None)
+                if log is not None:
+                    log.ended = True  # open followers end
+                emu.logs_changed.notify_all()
+
+        self._call(drop)
 
     # -- faults ----------------------------------------------------------------------------
     def fail_next(
