@@ -164,6 +164,22 @@ def on_start_failed(error: str, now: float) -> Decision:
     )
 
 
+def on_submit_failed(error: str, now: float) -> Decision:
+    """Creating a queued run's next attempt for a cluster's admitter failed: the run
+    fails visibly. No attempt row exists yet (it is made at admission), so none changes."""
+    return Decision(
+        steps=(
+            Step(
+                S.FAILED,
+                Reason.START_FAILED,
+                f"could not submit to the cluster: {error}",
+                fields={"finished_at": now, **STOP_CLEARED},
+            ),
+        ),
+        finished=True,
+    )
+
+
 def on_restart_due(attempt_count: int, next_attempt_at: float | None, now: float) -> Step | None:
     """A RESTARTING run goes back to its queue once its backoff has passed (it keeps its
     place: submit order)."""

@@ -71,6 +71,12 @@ class FakeExecutor:
             self.attempts[req.key] = FakeAttempt(req)
             self.launches.append(req)
 
+    # Local admission is TauGrid's own: nothing is launched before it.
+    submits_before_admission = False
+
+    def retain(self, wanted: set[AttemptKey]) -> None:
+        return None
+
     def is_launched(self, key: AttemptKey) -> bool:
         with self._lock:
             return key in self.attempts

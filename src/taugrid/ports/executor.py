@@ -13,6 +13,12 @@ Contract, for every implementation:
 - ``launch`` may raise ``TauError`` (or any exception) when the attempt cannot be started:
   the run fails visibly with the message. It must not block for long (no waiting for the
   workload to start; unpacking large inputs belongs in the background).
+- ``submits_before_admission``: an executor whose admitter decides on objects it must see
+  first (Kueue admits a suspended Job) is asked to ``launch`` a queued run's next attempt
+  before it is admitted; its placement is then unknown (None). Such an executor is told,
+  each admission cycle, every attempt still wanted (``retain``: the next attempt of each
+  queued run, the current one of each active run) and removes the others' objects (a
+  run cancelled while queued, an attempt that has ended). Others ignore ``retain``.
 """
 
 from __future__ import annotations
@@ -90,6 +96,10 @@ class LaunchRequest:
     resources: dict[str, Any] = field(default_factory=dict)  # the spec's resources block
     launcher: str = "command"  # command | torchrun | ray
     placement: Placement | None = None
+    workspace: str = "default"
+    # The run's resolved spec as recorded (plain JSON data): what a cluster executor
+    # renders its objects from (queue, priority, flavors, image, resources).
+    spec: dict[str, Any] = field(default_factory=dict)
 
     @property
     def key(self) -> AttemptKey:
@@ -101,6 +111,16 @@ class Executor(Protocol):
     def capabilities(self) -> Capabilities:
         """What this executor can run (nodes, launchers, images): spec/modes.py checks a
         submission against it, and the CLI learns it from the server."""
+        ...
+
+    @property
+    def submits_before_admission(self) -> bool:
+        """Whether a queued run's next attempt is launched before its admission (see the
+        module docstring)."""
+        ...
+
+    def retain(self, wanted: set[AttemptKey]) -> None:
+        """The attempts still wanted; only a ``submits_before_admission`` executor acts."""
         ...
 
     def launch(self, req: LaunchRequest) -> None:

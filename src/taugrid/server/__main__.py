@@ -92,6 +92,16 @@ def main(argv: list[str] | None = None) -> int:
         help="Uids for sandboxed runs when the server runs as root, one per run (default "
         "TAU_WORKLOAD_UIDS or 2000000-2999999)",
     )
+    ap.add_argument(
+        "--executor",
+        choices=("local", "kubernetes"),
+        default=None,
+        help="Where runs run (default TAU_EXECUTOR or local)",
+    )
+    ap.add_argument("--kubeconfig", type=Path, default=None, help="kubeconfig (default KUBECONFIG)")
+    ap.add_argument("--context", default=None, help="kubeconfig context (default: current)")
+    ap.add_argument("--namespace-prefix", default=None, help="namespace of workspace W: PREFIX+W")
+    ap.add_argument("--pod-server-url", default=None, help="how pods reach this server")
     args = ap.parse_args(argv)
     if not args.shared and not is_loopback_host(args.host):
         print(
@@ -150,6 +160,11 @@ def main(argv: list[str] | None = None) -> int:
             bwrap=args.bwrap,
             sandbox_binds=tuple(args.sandbox_bind) or None,
             workload_uids=args.workload_uids,
+            executor=args.executor,
+            kubeconfig=args.kubeconfig,
+            kube_context=args.context,
+            namespace_prefix=args.namespace_prefix,
+            pod_server_url=args.pod_server_url,
         )
     except ValueError as exc:  # a GPU count that is not one
         print(exc, file=sys.stderr)

@@ -148,10 +148,14 @@ class ObservedAdmission:
         source: AdmissionSource,
         admitter: str = "the admitter",
         clock: Callable[[], float] = time.monotonic,
+        explain: Callable[[str, int], str | None] | None = None,
     ) -> None:
         self.source = source
         self.admitter = admitter
         self.clock = clock
+        # Why a queued run's next attempt waits, in the admitter's words (Kueue's
+        # Workload conditions); None: unknown yet.
+        self.explain = explain or (lambda run_id, attempt: None)
         self._held: dict[str, tuple[float, AdmissionEvent]] = {}  # run id -> newest event
 
     def has_news(self) -> bool:
@@ -191,7 +195,8 @@ class ObservedAdmission:
                 r["cluster_queue"],
                 i + 1,
                 "WaitingForAdmission",
-                f"waiting for {self.admitter} to admit it",
+                self.explain(r["id"], r["attempt_count"])
+                or f"waiting for {self.admitter} to admit it",
             )
             for i, r in enumerate(waiting)
         }

@@ -28,12 +28,17 @@ from taugrid.executors.local.gpus import (
 from taugrid.executors.local.logs import LocalLogSource
 from taugrid.executors.local.secrets import LocalSecretStore
 from taugrid.home import server_info_path, token_path
+from taugrid.ports.artifacts import ArtifactStore
+from taugrid.ports.executor import Executor
+from taugrid.ports.logs import LogSource
+from taugrid.ports.secrets import SecretStore
 from taugrid.server import error_answers
 from taugrid.server.access_routes import router as access_router
-from taugrid.server.admission import InternalAdmission
+from taugrid.server.admission import AdmissionStrategy, InternalAdmission, ObservedAdmission
 from taugrid.server.auth import Authenticator, ensure_token
 from taugrid.server.check_routes import router as check_router
 from taugrid.server.client_address import parse_trusted_proxies, request_source
+from taugrid.server.cluster import cluster_adapters
 from taugrid.server.code_fetch import load_code_key
 from taugrid.server.code_fetch import router as code_router
 from taugrid.server.diskspace import DiskSpace, is_disk_full, parse_headroom
@@ -71,26 +76,45 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
         db = connect(settings.db_url)
         store = RunStore(db)
         identity = IdentityStore(db)
+        code_key = load_code_key(home)  # signs the pods' code tokens
         local = _local_adapters(settings, public_url)
+        kube = cluster_adapters(settings, local, code_key) if settings.cluster else None
         machine = Machine(
-            tuple(local.devices.devices()), machine_cpus_millis(), machine_memory_bytes()
+            () if kube else tuple(local.devices.devices()),
+            machine_cpus_millis(),
+            machine_memory_bytes(),
         )
 
         def workspace_names() -> list[str]:
             # One notion of workspace: the built-in policy gives each known one its queue.
             return [w["name"] for w in identity.workspaces()]
 
-        queueing = Queueing(PolicyStore(db), machine, workspace_names, local.devices)
+        queueing = Queueing(
+            PolicyStore(db),
+            machine,
+            workspace_names,
+            local.devices,
+            policy_target=kube.policy_target if kube else None,
+        )
         # Headroom for new work and a reserve for state changes (server/diskspace.py).
         disk = app.state.disk = DiskSpace(home, parse_headroom(settings.min_free_disk))
         disk.maintain()
+        executor: Executor = kube.executor if kube else local.executor
+        artifacts: ArtifactStore = kube.artifacts if kube else local.artifacts
+        secrets: SecretStore = kube.secrets if kube else local.secrets
+        logs: LogSource = kube.logs if kube else local.logs
+        admission: AdmissionStrategy = (
+            ObservedAdmission(kube.admission, "Kueue", explain=kube.admission.pending)
+            if kube
+            else InternalAdmission(queueing, store.gpus_in_use, disk)  # local mode decides
+        )
         engine = RunEngine(
             store,
-            local.executor,
-            InternalAdmission(queueing, store.gpus_in_use, disk),  # local mode decides
-            artifacts=local.artifacts,
-            secrets=local.secrets,
-            devices=local.devices,
+            executor,
+            admission,
+            artifacts=artifacts,
+            secrets=secrets,
+            devices=None if kube else local.devices,
             poll_interval_s=settings.poll_interval_s,
             retention_s=settings.retention_s,
             disk=disk,
@@ -101,24 +125,26 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
         if settings.shared:
             bootstrap_admin(identity, home)
         app.state.token = token
-        app.state.code_key = load_code_key(home)  # signs the pods' code tokens
-        app.state.artifacts = local.artifacts
+        app.state.code_key = code_key
+        app.state.artifacts = artifacts
         # What the mode accepts (spec/modes.py): GET /api/v1/server and every submit.
-        caps = app.state.capabilities = local.executor.capabilities
+        caps = app.state.capabilities = executor.capabilities
         app.state.identity = identity
         app.state.auth = Authenticator(token, identity)
         app.state.oidc = oidc_login(settings, identity)  # None: OIDC routes answer 404
-        app.state.secrets = local.secrets
+        app.state.secrets = secrets
         app.state.service = RunService(
             store,
             engine,
             queueing,
-            secrets=local.secrets,
-            artifacts=local.artifacts,
-            logs=local.logs,
+            secrets=secrets,
+            artifacts=artifacts,
+            logs=logs,
             capabilities=caps,
         )
         app.state.identity_service = IdentityService(identity, store, queueing)
+        if kube is not None:
+            kube.start(engine, queueing)  # informers listed before the first pass
         engine.step()  # re-adopt or finalise runs left by a previous server before serving
         engine.start()
         if public_url:
@@ -127,6 +153,8 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
             yield
         finally:
             engine.stop()
+            if kube is not None:
+                kube.close()
             if public_url:
                 _unpublish(settings)
             store.engine.dispose()

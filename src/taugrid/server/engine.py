@@ -32,6 +32,7 @@ from taugrid.domain.lifecycle import (
     on_observation,
     on_restart_due,
     on_start_failed,
+    on_submit_failed,
     stop_to_send,
     stopped_before_launch,
 )
@@ -244,6 +245,8 @@ class RunEngine:
         else:
             active = []
         self._reconcile(active, failed)
+        if failed:
+            self._submit_failures(failed, {r["id"] for r in active})
         self._commit()
         # After that commit: an attempt that just failed may restart at once (backoff 0).
         for run in self.store.in_states([S.RESTARTING], light=True):
@@ -388,10 +391,13 @@ class RunEngine:
     # -- admission ----------------------------------------------------------------------
     def _admit(self) -> None:
         queued = self.store.in_states([S.QUEUED], scheduling=True)
-        if not queued and not self.admission.has_news():
+        ahead = self.executor.submits_before_admission
+        if not queued and not ahead and not self.admission.has_news():
             self.pending = {}
             return
         active = self.store.in_states([S.ADMITTED, S.RUNNING], light=True)
+        if ahead:
+            self._submit_ahead(queued, active)
         cycle = self.admission.cycle(queued, active)
         for stop in cycle.stops:
             self.store.request_stop(
@@ -411,6 +417,31 @@ class RunEngine:
             )
             self._move(run, step, then=functools.partial(self._start, attempt=attempt))
         self.pending = cycle.pending
+
+    def _submit_failures(self, failed: dict[AttemptKey, str], active: set[str]) -> None:
+        """Failed launches of queued runs' next attempts (``_submit_ahead``)."""
+        for key, why in failed.items():
+            if key.run_id in active:
+                continue  # applied by _reconcile
+            run = self.store.get(key.run_id)
+            if run is not None and run["state"] == S.QUEUED and run["attempt_count"] == key.attempt:
+                self._apply(run, on_submit_failed(why, self.clock()))
+
+    def _submit_ahead(self, queued: list[Row], active: list[Row]) -> None:
+        """A cluster's admitter (Kueue) admits objects it sees: each queued run's next
+        attempt is launched before its admission, and the executor removes the objects
+        of every attempt no longer wanted (cancelled while queued, ended)."""
+        wanted = {AttemptKey(r["id"], r["attempt_count"] - 1) for r in active}
+        for run in queued:
+            key = AttemptKey(run["id"], run["attempt_count"])
+            wanted.add(key)
+            if run["cancel_requested_at"] is not None or self.starter.in_flight(key):
+                continue
+            if not self.executor.is_launched(key):
+                full = self.store.get(run["id"])
+                if full is not None and full["state"] == S.QUEUED:
+                    self._isolated(functools.partial(self._start, attempt=key.attempt), full)
+        self.executor.retain(wanted)
 
     def _start(self, run: Row, attempt: int) -> None:
         self._restart_policies[run["id"]] = restart_policy_of(run["spec_resolved"])

@@ -100,4 +100,6 @@ def launch_request(
         resources=dict(spec.get("resources") or {}),
         launcher=spec.get("launcher") or "command",
         placement=placement,
+        workspace=run["workspace"],
+        spec=dict(spec),
     )

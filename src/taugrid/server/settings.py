@@ -32,6 +32,14 @@ OIDC_ENV = {
 SETTINGS_FILE = "server-settings.json"
 AUTO = "auto"  # --gpus auto / TAU_LOCAL_GPUS=auto: detect the GPUs, remember no count
 
+CLUSTER_ENV = {
+    "executor": "TAU_EXECUTOR",
+    "kube_context": "TAU_KUBE_CONTEXT",
+    "namespace_prefix": "TAU_NAMESPACE_PREFIX",
+    "pod_server_url": "TAU_POD_SERVER_URL",
+    "helper_image": "TAU_HELPER_IMAGE",
+}
+EXECUTORS = ("local", "kubernetes")
 ISOLATION_ENV = {
     "isolation": "TAU_ISOLATION",
     "bwrap": "TAU_BWRAP",
@@ -73,6 +81,15 @@ class ServerSettings:
     min_free_disk: str = "256Mi"
     # Default per-run disk limit (resources.disk overrides it); None: no limit.
     run_disk_limit: str | None = None
+    # Where runs run (docs/kubernetes.md): "local" processes, or "kubernetes" (Jobs,
+    # Indexed Jobs, RayJobs admitted by Kueue). The cluster is found like kubectl does
+    # (--kubeconfig, else KUBECONFIG, else ~/.kube/config, else in-cluster credentials).
+    executor: str = "local"
+    kubeconfig: Path | None = None
+    kube_context: str | None = None
+    namespace_prefix: str = ""  # a workspace W's runs go to namespace PREFIX + W
+    pod_server_url: str | None = None  # how pods reach this server (code snapshots)
+    helper_image: str | None = None  # the pods' code-fetching init container's image
 
     @property
     def sandboxed(self) -> bool:
@@ -110,13 +127,27 @@ class ServerSettings:
                 values[key] = os.environ[var]
         if "sandbox_binds" in values:
             values["sandbox_binds"] = tuple(p for p in str(values["sandbox_binds"]).split(":") if p)
+        for key, var in CLUSTER_ENV.items():
+            if os.environ.get(var):
+                values[key] = os.environ[var]
         for key, var in OIDC_ENV.items():
             if os.environ.get(var):
                 values[key] = os.environ[var]
         if "oidc_client_secret_file" in values:
             values["oidc_client_secret_file"] = Path(str(values["oidc_client_secret_file"]))
         values.update({k: v for k, v in overrides.items() if v is not None})
+        if values.get("kubeconfig") is not None:
+            values["kubeconfig"] = Path(str(values["kubeconfig"]))
+        if values.get("executor", "local") not in EXECUTORS:
+            raise ValueError(
+                f"unknown executor {values['executor']!r} (TAU_EXECUTOR or --executor): "
+                f"use {' or '.join(EXECUTORS)}"
+            )
         return cls(**values)  # type: ignore[arg-type]
+
+    @property
+    def cluster(self) -> bool:
+        return self.executor == "kubernetes"
 
 
 def parse_retention(text: str) -> float | None:

@@ -108,6 +108,17 @@ def command() -> None:
     help="Uids for sandboxed runs when the server runs as root, one per run "
     "(default 2000000-2999999).",
 )
+@click.option(
+    "--executor",
+    type=click.Choice(["local", "kubernetes"]),
+    help="Where runs run: local processes (default), or Kubernetes Jobs admitted by Kueue.",
+)
+@click.option("--kubeconfig", metavar="FILE", help="The cluster's kubeconfig (default KUBECONFIG).")
+@click.option("--context", "kube_context", metavar="NAME", help="The kubeconfig context to use.")
+@click.option(
+    "--namespace-prefix", metavar="PREFIX", help="Workspace W's runs go to namespace PREFIX+W."
+)
+@click.option("--pod-server-url", metavar="URL", help="How pods reach this server (code).")
 def start(
     gpus: str | None,
     database_url: str | None,
@@ -127,6 +138,11 @@ def start(
     bwrap: str | None,
     sandbox_binds: tuple[str, ...],
     workload_uids: str | None,
+    executor: str | None,
+    kubeconfig: str | None,
+    kube_context: str | None,
+    namespace_prefix: str | None,
+    pod_server_url: str | None,
 ) -> None:
     home = tau_home()
     info = running_server(home)
@@ -177,6 +193,17 @@ def start(
         args += ["--sandbox-bind", os.path.abspath(path)]
     if workload_uids:
         args += ["--workload-uids", workload_uids]
+    if kubeconfig:
+        kubeconfig = os.path.abspath(kubeconfig)
+    for flag, value in (
+        ("--executor", executor),
+        ("--kubeconfig", kubeconfig),
+        ("--context", kube_context),
+        ("--namespace-prefix", namespace_prefix),
+        ("--pod-server-url", pod_server_url),
+    ):
+        if value:
+            args += [flag, value]
     bootstrap = home / "admin-token"
     existed = bootstrap.exists()
     info = start_server(home, args)

@@ -11,23 +11,26 @@ survive a server crash.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
+import sysconfig
 import time
 from pathlib import Path
 from typing import Any
 
 from taugrid.domain.outcomes import AttemptExit
 from taugrid.domain.stops import StopReason, parse_stop_reason
+from taugrid.errors import UsageError
 from taugrid.executors.local import isolation, orphans, process
 from taugrid.executors.local.diskguard import RESERVE_FILE
 from taugrid.executors.local.files import read_json
-from taugrid.executors.local.launch import free_port, launch_nodes
+from taugrid.executors.local.launch import NodeLaunch, free_port, launch_nodes, ray_command
 from taugrid.executors.local.layout import RunLayout
 from taugrid.executors.local.supervisor import CANCEL_FILE
 from taugrid.ports.executor import AttemptKey, Capabilities, LaunchRequest, Observation
-from taugrid.spec.modes import LOCAL
+from taugrid.spec.modes import LOCAL, LOCAL_WITH_RAY, RAY_INSTALL
 from taugrid.workdir.snapshot import unpack_snapshot
 
 # A supervisor that has not written its pid this long after launch never started.
@@ -58,10 +61,13 @@ class LocalExecutor(RunLayout):
         # Leftover processes stopped per attempt whose supervisor vanished (for the final
         # message; a restarted server just says less).
         self._stopped: dict[tuple[str, int], set[int]] = {}
+        # launcher: ray runs the ray CLI of the server's environment (raydriver).
+        self.ray_cli = find_ray_cli(python)
 
     @property
     def capabilities(self) -> Capabilities:
-        return LOCAL
+        """Local mode's; with ``launcher: ray`` where Ray is installed beside the server."""
+        return LOCAL_WITH_RAY if self.ray_cli is not None else LOCAL
 
     def location(self, key: AttemptKey) -> str:
         return str(self.attempt_dir(key.run_id, key.attempt))
@@ -91,17 +97,23 @@ class LocalExecutor(RunLayout):
         for d in (self.output_dir(req.run_id), self.checkpoint_dir(req.run_id)):
             d.mkdir(parents=True, exist_ok=True)
         gpus = list(req.placement.gpus) if req.placement is not None else []
-        # Every launcher runs on this one machine (launch.py), every node too: the
-        # rendezvous gets a free port.
-        nodes = launch_nodes(
-            req.command,
-            launcher=req.launcher,
-            nodes=req.nodes,
-            gpu_indices=gpus,
-            procs_per_node=req.resources.get("procs_per_node"),
-            master_port=free_port(),
-        )
-        command = nodes[0].command
+        setup = req.setup
+        if req.launcher == "ray":  # the driver's command; setup is part of its job
+            command: list[str] | str = self._ray_command(req, gpus)
+            nodes = [NodeLaunch(command, {})]
+            setup = None
+        else:
+            # Every launcher runs on this one machine (launch.py), every node too: the
+            # rendezvous gets a free port.
+            nodes = launch_nodes(
+                req.command,
+                launcher=req.launcher,
+                nodes=req.nodes,
+                gpu_indices=gpus,
+                procs_per_node=req.resources.get("procs_per_node"),
+                master_port=free_port(),
+            )
+            command = nodes[0].command
         # One node: its launcher's variables in the environment. Several: each node's
         # are its own, over the run's (nodegroup).
         env = {**req.env, **nodes[0].env} if len(nodes) == 1 else dict(req.env)
@@ -113,7 +125,7 @@ class LocalExecutor(RunLayout):
             notify = {"url": self.notify_url, "token_file": str(self.token_file)}
         launch: dict[str, Any] = {
             "command": command,
-            "setup": req.setup,
+            "setup": setup,
             "cwd": str(workdir),
             "env": env,
             "stop_grace_s": req.stop_grace_s,
@@ -130,6 +142,26 @@ class LocalExecutor(RunLayout):
             launch["nodes"] = [{"command": n.command, "env": n.env} for n in nodes]
         _write_launch_file(adir / "launch.json", launch)
         process.start_supervisor(adir, python=self.python)
+
+    def _ray_command(self, req: LaunchRequest, gpus: list[int]) -> list[str]:
+        if self.ray_cli is None:
+            raise UsageError(
+                f"launcher: ray needs Ray installed beside the server: {RAY_INSTALL} in "
+                "the server's environment, then restart the server"
+            )
+        return ray_command(
+            req.command,
+            setup=req.setup,
+            python=self.python,
+            ray=self.ray_cli,
+            run_id=req.run_id,
+            attempt=req.attempt,
+            nodes=req.nodes,
+            gpu_indices=gpus,
+            resources=req.resources,
+            stop_grace_s=req.stop_grace_s,
+            hidden_env=list(req.secret_refs),
+        )
 
     def _sandbox(
         self, req: LaunchRequest, workdir: Path, env: dict[str, str], command: list[str] | str
@@ -242,11 +274,33 @@ class LocalExecutor(RunLayout):
             exit=AttemptExit(outcome="lost", exit_code=None, error=why, detail=detail),
         )
 
+    # Local admission is TauGrid's own: nothing is launched before it.
+    submits_before_admission = False
+
+    def retain(self, wanted: set[AttemptKey]) -> None:
+        return None
+
     def is_launched(self, key: AttemptKey) -> bool:
         return (self.attempt_dir(key.run_id, key.attempt) / "launch.json").exists()
 
     def stop(self, key: AttemptKey, reason: StopReason) -> bool:
         return process.request_cancel(self.attempt_dir(key.run_id, key.attempt), reason.value)
+
+
+def find_ray_cli(python: str) -> str | None:
+    """The ``ray`` CLI that ``launcher: ray`` drives: the one beside ``python`` (the
+    interpreter supervisors and the Ray driver run with), or, for the server's own
+    interpreter, its environment's scripts directory; None when Ray is not installed
+    there (``pip install 'taugrid[ray]'``)."""
+    candidates = [os.path.join(os.path.dirname(python), "ray")]
+    if os.path.realpath(python) == os.path.realpath(sys.executable):
+        if importlib.util.find_spec("ray") is None:
+            return None
+        candidates.append(os.path.join(sysconfig.get_path("scripts"), "ray"))
+    for path in candidates:
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return None
 
 
 def _write_launch_file(path: Path, data: dict[str, Any]) -> None:

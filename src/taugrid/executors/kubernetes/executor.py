@@ -1,0 +1,300 @@
+"""The Kubernetes executor: each attempt is a Job, an Indexed Job and its headless
+Service, or a KubeRay RayJob, admitted by Kueue (``ports.executor`` is the contract).
+
+- ``launch`` renders the attempt (``manifests.plan``: namespace, queue, priority, flavor
+  constraints, storage, code fetch) and creates its objects in order, the code token's
+  Secret first. Kueue sees the Job before TauGrid admits anything
+  (``submits_before_admission``): the engine launches a queued run's next attempt, Kueue
+  admits it (``admission_source``), the engine records the admission. A failure after
+  the first object deletes what was made; a name already taken by this attempt's own
+  object (a launch retried after a crash) is adopted. Jobs are created suspended and
+  TauGrid never touches ``suspend``: only Kueue does.
+- ``observe_many`` reads the informers' cache (``cluster_cache``) through the pure
+  ``observe.observe``; it makes no API call.
+- ``stop`` records the stop (``ledger``) and deletes the attempt's objects with
+  foreground propagation on a thread of its own; the attempt has ended once its objects
+  and pods are gone. ``retain`` deletes the attempts the engine no longer wants.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from taugrid.domain import code_tokens
+from taugrid.domain.lifecycle import Observation, Phase
+from taugrid.domain.outcomes import AttemptExit
+from taugrid.domain.stops import StopReason
+from taugrid.errors import TauError, UsageError
+from taugrid.executors.kubernetes.admission_source import KueueAdmissionSource
+from taugrid.executors.kubernetes.client import (
+    AlreadyExists,
+    JsonObject,
+    KubeClient,
+    KubeError,
+    ObjectRef,
+)
+from taugrid.executors.kubernetes.cluster_cache import ClusterCache, attempt_key
+from taugrid.executors.kubernetes.ledger import Entry, LaunchLedger
+from taugrid.executors.kubernetes.observe import AttemptObjects, observe
+from taugrid.manifests.plan import (
+    AttemptIdentity,
+    ClusterTarget,
+    attempt_input,
+    place,
+    render_attempt,
+)
+from taugrid.manifests.workloads import JobInput, SecretRef
+from taugrid.policy.models import Policy
+from taugrid.ports.executor import AttemptKey, Capabilities, LaunchRequest
+from taugrid.spec.models import TauSpec
+from taugrid.spec.modes import CLUSTER
+
+log = logging.getLogger("taugrid.kubernetes")
+
+# A queued attempt's objects exist before admission, and its code is fetched only once
+# Kueue admits it: the token must outlive a long queue.
+CODE_TOKEN_TTL_S = 14 * 24 * 3600.0
+SCHEME = "k8s://"
+
+
+class KubernetesExecutor:
+    def __init__(
+        self,
+        client: KubeClient,
+        target: ClusterTarget,
+        policy: Callable[[], Policy],
+        code_key: bytes,
+        state_dir: Path,
+        *,
+        ray: bool = True,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.client = client
+        self.target = target
+        self._policy = policy
+        self._code_key = code_key
+        self._clock = clock
+        self.ledger = LaunchLedger(state_dir / "attempts")
+        # Called with an attempt's location when its objects change (engine.attempt_reported).
+        self.notify: Callable[[str], None] | None = None
+        self.admission = KueueAdmissionSource(self.ledger)
+        self.cache = ClusterCache(
+            client,
+            on_attempt=self._changed,
+            on_workload=self.admission.workload_changed,
+            ray=ray,
+            clock=clock,
+        )
+        self._deletions: queue.SimpleQueue[tuple[AttemptKey, bool] | None] = queue.SimpleQueue()
+        self._deleting: set[AttemptKey] = set()
+        self._lock = threading.Lock()
+        self._deleter: threading.Thread | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def start(self, sync_timeout_s: float = 30.0) -> None:
+        """Start the informers and wait for their first lists: the engine's first pass
+        must see what the cluster holds (nothing is launched twice after a restart)."""
+        self.cache.start()
+        if not self.cache.wait_synced(sync_timeout_s):
+            log.warning("the cluster's objects were not all listed within %.0f s", sync_timeout_s)
+        self._deleter = threading.Thread(
+            target=self._delete_loop, name="tau-k8s-delete", daemon=True
+        )
+        self._deleter.start()
+
+    def close(self) -> None:
+        self._deletions.put(None)
+        self.cache.stop()
+        self.client.close()
+
+    # -- the port -------------------------------------------------------------------------
+    @property
+    def capabilities(self) -> Capabilities:
+        return CLUSTER
+
+    submits_before_admission = True
+
+    def is_launched(self, key: AttemptKey) -> bool:
+        return self.ledger.get(key) is not None
+
+    def launch(self, req: LaunchRequest) -> None:
+        key = req.key
+        if self.ledger.get(key) is not None:
+            return
+        inp = self._input(req)
+        token = code_tokens.issue(
+            self._code_key,
+            req.snapshot_digest,
+            req.run_id,
+            req.attempt,
+            self._clock(),
+            ttl_s=CODE_TOKEN_TTL_S,
+        )
+        objects = render_attempt(inp, token)
+        made: list[ObjectRef] = []
+        try:
+            for obj in objects:
+                self._create(obj, key)
+                made.append(ObjectRef.of(obj))
+        except Exception:
+            for ref in reversed(made):  # never a half-created attempt
+                try:
+                    self.client.delete(ref, propagation="Background")
+                except KubeError as exc:
+                    log.warning("could not delete %s after a failed launch: %s", ref, exc.message)
+            raise
+        workload = objects[-1]
+        self.ledger.record(key, workload["kind"], inp.namespace, workload["metadata"]["name"])
+        self.admission.attempt_recorded(key, self.cache.kueue_workload(key))
+
+    def observe_many(self, keys: list[AttemptKey]) -> dict[AttemptKey, Observation]:
+        out: dict[AttemptKey, Observation] = {}
+        now = self._clock()
+        for key in keys:
+            entry = self.ledger.get(key)
+            if entry is None:
+                out[key] = Observation(
+                    Phase.EXITED,
+                    finished_at=now,
+                    exit=AttemptExit("lost", None, error="no record of its objects"),
+                )
+                continue
+            try:
+                out[key] = observe(self._objects(key, entry), entry.stop, now, entry.launched_at)
+            except Exception as exc:  # one odd object must not stop every run's pass
+                log.exception("observing %s failed", key)
+                out[key] = Observation(
+                    Phase.EXITED,
+                    finished_at=now,
+                    exit=AttemptExit("lost", None, error=f"its objects could not be read: {exc}"),
+                )
+        return out
+
+    def stop(self, key: AttemptKey, reason: StopReason) -> bool:
+        entry = self.ledger.get(key)
+        if entry is None:
+            return False
+        ended = observe(self._objects(key, entry), None, self._clock(), entry.launched_at)
+        self.ledger.stopped(key, reason)
+        self._delete_later(key, forget=False)
+        return ended.phase != Phase.EXITED
+
+    def retain(self, wanted: set[AttemptKey]) -> None:
+        for key in self.ledger.attempts():
+            if key not in wanted:
+                self._delete_later(key, forget=True)
+        for key in self.cache.attempts():  # left by a launch that crashed midway
+            if key not in wanted and self.ledger.get(key) is None:
+                self._delete_later(key, forget=True)
+
+    def location(self, key: AttemptKey) -> str:
+        entry = self.ledger.get(key)
+        if entry is not None:
+            return f"{SCHEME}{entry.namespace}/{entry.kind.lower()}/{entry.name}"
+        return f"{SCHEME}{key.run_id}-a{key.attempt}"
+
+    def attempt_of(self, report: str) -> AttemptKey | None:
+        if not report.startswith(SCHEME):
+            return None
+        name = report.rsplit("/", 1)[-1]
+        run_id, sep, attempt = name.rpartition("-a")
+        return AttemptKey(run_id, int(attempt)) if sep and attempt.isdigit() else None
+
+    # -- launching ------------------------------------------------------------------------
+    def _input(self, req: LaunchRequest) -> JobInput:
+        try:
+            spec = TauSpec.model_validate(req.spec)
+        except ValueError as exc:
+            raise UsageError(f"the run's recorded spec no longer validates: {exc}") from None
+        placement = place(spec, self._policy(), self.target)
+        ident = AttemptIdentity(req.run_id, req.attempt, req.snapshot_digest)
+        secrets = {env: _secret_ref(ref) for env, ref in req.secret_refs.items()}
+        inp = attempt_input(spec, ident, placement, self.target, secrets)
+        # The environment the engine built (TAU_* at the pod's paths, the resume point the
+        # server chose, the spec's env expanded): the device plugin sets the GPUs.
+        env = {k: v for k, v in req.env.items() if k != "CUDA_VISIBLE_DEVICES"}
+        return JobInput(**{**inp.__dict__, "env": env})
+
+    def _create(self, obj: JsonObject, key: AttemptKey) -> None:
+        try:
+            self.client.create(obj)
+        except AlreadyExists:
+            # Ours from a launch cut short (a crash, a lost answer): adopt it.
+            live = self.client.get(ObjectRef.of(obj))
+            if attempt_key(live) != key:
+                raise TauError(
+                    f"{ObjectRef.of(obj)} already exists and is not this attempt's"
+                ) from None
+
+    # -- observing ------------------------------------------------------------------------
+    def _objects(self, key: AttemptKey, entry: Entry) -> AttemptObjects:
+        return AttemptObjects(
+            kind=entry.kind,
+            workload=self.cache.workload(key),
+            pods=self.cache.pods(key),
+            kueue=self.cache.kueue_workload(key),
+            waiting_since=self.cache.waiting_since(key),
+        )
+
+    def _changed(self, key: AttemptKey) -> None:
+        if self.notify is not None:
+            self.notify(self.location(key))
+
+    # -- deleting -------------------------------------------------------------------------
+    def _delete_later(self, key: AttemptKey, *, forget: bool) -> None:
+        with self._lock:
+            if key in self._deleting:
+                return
+            self._deleting.add(key)
+        self._deletions.put((key, forget))
+
+    def _delete_loop(self) -> None:
+        while (item := self._deletions.get()) is not None:
+            key, forget = item
+            try:
+                self._delete(key)
+                if forget:  # the engine is done with it (retain), not a stop still to end
+                    self.ledger.forget(key)
+            except Exception:
+                log.exception("deleting the objects of %s failed; retried later", key)
+            finally:
+                with self._lock:
+                    self._deleting.discard(key)
+
+    def _delete(self, key: AttemptKey) -> None:
+        """Delete the attempt's objects, the workload object first (foreground: its pods
+        go before it does)."""
+        entry = self.ledger.get(key)
+        name = entry.name if entry is not None else f"{key.run_id}-a{key.attempt}"
+        namespace = entry.namespace if entry is not None else self._namespace_of(key)
+        if namespace is None:
+            return
+        kinds = [("batch/v1", "Job"), ("ray.io/v1", "RayJob")]
+        if entry is not None:
+            kinds = [k for k in kinds if k[1] == entry.kind]
+        for api_version, kind in kinds:
+            self.client.delete(ObjectRef(api_version, kind, namespace, name))
+        for ref in (
+            ObjectRef("v1", "Service", namespace, name),
+            ObjectRef("v1", "Secret", namespace, f"{name}-code"),
+        ):
+            self.client.delete(ref, propagation="Background")
+
+    def _namespace_of(self, key: AttemptKey) -> str | None:
+        obj = self.cache.workload(key)
+        pods = self.cache.pods(key)
+        source = obj or (pods[0] if pods else None)
+        if source is None:
+            return None
+        return (source.get("metadata") or {}).get("namespace")
+
+
+def _secret_ref(ref: str) -> SecretRef:
+    """``secret/key`` as the cluster's SecretStore answers a reference."""
+    secret, _, key = ref.partition("/")
+    return SecretRef(secret, key or "value")

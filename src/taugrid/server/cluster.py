@@ -1,0 +1,122 @@
+"""The cluster mode's half of the composition root (``server/app.py`` calls it): the
+ports' Kubernetes adapters, built from the settings. The only server module that
+imports ``taugrid.executors.kubernetes`` (import-linter keeps it so).
+
+What a cluster server keeps of its own: the database, the code snapshots (pods fetch
+them from ``GET /api/v1/snapshots/{digest}`` with a per-attempt token) and the pods'
+archived logs. Everything a run does happens in the cluster; Kueue decides admission.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from taugrid.executors.kubernetes.admission_source import KueueAdmissionSource
+from taugrid.executors.kubernetes.artifacts import PodArtifacts
+from taugrid.executors.kubernetes.client import KubeClient
+from taugrid.executors.kubernetes.executor import KubernetesExecutor
+from taugrid.executors.kubernetes.lightkube_client import LightkubeClient
+from taugrid.executors.kubernetes.policy_sync import KubePolicyTarget
+from taugrid.executors.kubernetes.secrets import KubeSecretStore
+from taugrid.manifests.plan import DEFAULT_HELPER_IMAGE, DEFAULT_SERVER_URL, ClusterTarget
+from taugrid.policy import load_policy_text
+from taugrid.policy.models import Policy
+from taugrid.ports.artifacts import ArtifactStore
+from taugrid.ports.logs import LogSource
+from taugrid.ports.policy_target import PolicyTarget
+from taugrid.server.settings import ServerSettings
+
+if TYPE_CHECKING:
+    from taugrid.server.engine import RunEngine
+    from taugrid.server.queueing import Queueing
+
+log = logging.getLogger("taugrid.server")
+
+
+class LocalParts(Protocol):
+    """What the cluster mode takes from the local adapters: the snapshot store."""
+
+    @property
+    def artifacts(self) -> ArtifactStore: ...
+
+    @property
+    def logs(self) -> LogSource: ...
+
+
+@dataclass
+class ClusterAdapters:
+    client: KubeClient
+    target: ClusterTarget
+    executor: KubernetesExecutor
+    admission: KueueAdmissionSource
+    artifacts: ArtifactStore
+    secrets: KubeSecretStore
+    logs: LogSource
+    policy_target: PolicyTarget
+    policy: _PolicyCache
+
+    def start(self, engine: RunEngine, queueing: Queueing) -> None:
+        """Wire the adapters to the engine and list the cluster before the first pass."""
+        self.policy.queueing = queueing
+        self.executor.notify = engine.attempt_reported
+        self.executor.admission.wake = engine.wake
+        self.executor.start()
+
+    def close(self) -> None:
+        self.executor.close()
+
+
+class _PolicyCache:
+    """The policy in force as the renderers take it (parsed again only when it changes)."""
+
+    def __init__(self) -> None:
+        self.queueing: Queueing | None = None
+        self._hash: str | None = None
+        self._policy: Policy | None = None
+
+    def __call__(self) -> Policy:
+        assert self.queueing is not None, "ClusterAdapters.start wires the policy"
+        pol = self.queueing.policy
+        text = pol.text or pol.builtin_text or ""
+        key = pol.hash or text
+        if self._policy is None or key != self._hash:
+            self._policy = load_policy_text(text, pol.source).policy
+            self._hash = key
+        return self._policy
+
+
+def make_client(settings: ServerSettings) -> KubeClient:
+    if settings.kubeconfig is not None:
+        return LightkubeClient.from_kubeconfig(settings.kubeconfig, settings.kube_context)
+    return LightkubeClient.from_environment(settings.kube_context)
+
+
+def cluster_adapters(
+    settings: ServerSettings,
+    local: LocalParts,
+    code_key: bytes,
+    *,
+    client_factory: Callable[[ServerSettings], KubeClient] = make_client,
+) -> ClusterAdapters:
+    client = client_factory(settings)
+    target = ClusterTarget(
+        namespace_prefix=settings.namespace_prefix,
+        helper_image=settings.helper_image or DEFAULT_HELPER_IMAGE,
+        server_url=settings.pod_server_url or DEFAULT_SERVER_URL,
+    )
+    policy = _PolicyCache()
+    executor = KubernetesExecutor(client, target, policy, code_key, settings.home / "kubernetes")
+    return ClusterAdapters(
+        client=client,
+        target=target,
+        executor=executor,
+        admission=executor.admission,
+        artifacts=PodArtifacts(local.artifacts),
+        secrets=KubeSecretStore(client, lambda w: f"{target.namespace_prefix}{w}"),
+        logs=local.logs,
+        policy_target=KubePolicyTarget(client, target),
+        policy=policy,
+    )
