@@ -25,6 +25,7 @@ from taugrid.policy import (
     to_domain,
 )
 from taugrid.ports.devices import DeviceInventory, Gpu, gpus_of_type, short_gpu_type
+from taugrid.ports.policy_target import ApplyReport, Drift, PolicyApplyFailed, PolicyTarget
 from taugrid.spec import TauSpec
 from taugrid.store.policies import PolicyStore
 
@@ -61,6 +62,16 @@ class PolicyInForce:
         return self.text is None
 
 
+@dataclass(frozen=True)
+class PolicyApplied:
+    """What ``Queueing.apply`` did: the policy now in force and, with a policy target,
+    the cluster's drift found before applying and what was applied."""
+
+    policy: PolicyInForce
+    drift_before: tuple[Drift, ...] = ()
+    cluster: ApplyReport | None = None  # None: no policy target (local mode)
+
+
 class Queueing:
     """``workspaces`` names the workspaces the identity store knows: the built-in policy
     gives each the built-in queue, and errors tell a workspace that exists but has no
@@ -72,10 +83,14 @@ class Queueing:
         machine: Machine,
         workspaces: Callable[[], Iterable[str]] | None = None,
         devices: DeviceInventory | None = None,
+        policy_target: PolicyTarget | None = None,
     ) -> None:
         self.store = store
         self.machine = machine
         self.devices = devices  # None: every GPU of the machine is in service
+        # Where an applied policy's objects go (a cluster); None: local mode, stored only.
+        self.policy_target = policy_target
+        self._apply_lock = threading.Lock()  # one apply at a time: cluster and store agree
         self._workspaces = workspaces or (lambda: ())
         self._lock = threading.Lock()
         self._policy = self._load_current()
@@ -125,14 +140,41 @@ class Queueing:
         loaded = load_policy_text(row["text"], row["source"])
         return _in_force(loaded, row)
 
-    def apply(self, text: str, source: str, applied_by: str | None = None) -> PolicyInForce:
-        """Validate, store durably, then put in force. A bad policy raises SpecError with
-        every problem and leaves the running policy untouched."""
+    def apply(self, text: str, source: str, applied_by: str | None = None) -> PolicyApplied:
+        """Validate, put on the cluster (with a policy target), store durably, then put in
+        force. A bad policy raises SpecError with every problem, one that cannot be
+        rendered UsageError, one the cluster refuses PolicyApplyFailed, a cluster that
+        cannot be read (for the drift) its own error; each leaves the store and the
+        policy in force untouched.
+
+        The cluster comes before the store so that the stored policy never names a queue
+        the cluster lacks (runs would be created for a LocalQueue Kueue does not know).
+        If storing fails after the cluster took the policy, the cluster is ahead of the
+        store; applying again (idempotent) brings both to the same policy.
+        """
         loaded = load_policy_text(text, source)
-        row = self.store.apply(source, text, loaded.policy_hash, applied_by or current_user())
-        with self._lock:
-            self._policy = _in_force(loaded, row)
-        return self._policy
+        with self._apply_lock:
+            drift_before: tuple[Drift, ...] = ()
+            report = None
+            if self.policy_target is not None:
+                drift_before = tuple(self.policy_target.drift(loaded.policy))
+                report = self.policy_target.apply(loaded.policy)
+                if not report.ok:
+                    raise PolicyApplyFailed(report)
+            row = self.store.apply(source, text, loaded.policy_hash, applied_by or current_user())
+            with self._lock:
+                self._policy = _in_force(loaded, row)
+                applied = self._policy
+        return PolicyApplied(applied, drift_before, report)
+
+    def drift(self) -> list[Drift] | None:
+        """How the cluster differs from the policy in force; None without a policy target."""
+        if self.policy_target is None:
+            return None
+        current = self.policy
+        text = current.text if current.text is not None else current.builtin_text
+        assert text is not None  # the built-in always has its policy.yaml text
+        return self.policy_target.drift(load_policy_text(text, current.source).policy)
 
     # -- submissions --------------------------------------------------------------------
     def admit_fields(self, spec: TauSpec, submitter: str, run_id: str) -> dict[str, Any]:

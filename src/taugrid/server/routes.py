@@ -43,6 +43,8 @@ from taugrid.server.schemas import (
     MetricPoint,
     MetricSeries,
     PolicyApply,
+    PolicyApplyOut,
+    PolicyDriftOut,
     PolicyOut,
     QueueList,
     RunDetail,
@@ -52,7 +54,15 @@ from taugrid.server.schemas import (
     SubmitResponse,
 )
 from taugrid.server.services import RunService
-from taugrid.server.views import policy_out, queue_view, run_detail, run_events, run_row
+from taugrid.server.views import (
+    policy_applied_out,
+    policy_drift_out,
+    policy_out,
+    queue_view,
+    run_detail,
+    run_events,
+    run_row,
+)
 from taugrid.store.runs import Row, RunFilter
 
 router = APIRouter(prefix="/api/v1")
@@ -321,14 +331,30 @@ def get_policy(request: Request) -> PolicyOut:
     return policy_out(_svc(request).queueing.policy)
 
 
-@router.put("/admin/policy", response_model=PolicyOut)
-def put_policy(body: PolicyApply, request: Request) -> PolicyOut:
+@router.put("/admin/policy", response_model=PolicyApplyOut)
+def put_policy(body: PolicyApply, request: Request) -> PolicyApplyOut:
+    """Validate, put on the cluster when the server has one (Queueing.apply: nothing is
+    stored unless every object was applied), store, put in force."""
     svc = _svc(request)
-    with audited(request, "policy.apply", target=body.source):
+    with audited(request, "policy.apply", target=body.source) as entry:
         require_admin(request)
-        applied = svc.queueing.apply(body.text, body.source)
+        done = svc.queueing.apply(body.text, body.source)
+        if done.cluster is not None:
+            counts = done.cluster.counts()
+            entry["detail"] = "applied to the cluster: " + (
+                ", ".join(f"{n} {k}" for k, n in counts.items()) or "nothing"
+            )
     svc.engine.wake()  # queued runs may fit the new quotas
-    return policy_out(applied)
+    return policy_applied_out(done)
+
+
+@router.get("/admin/policy/drift", response_model=PolicyDriftOut)
+def get_policy_drift(request: Request) -> PolicyDriftOut:
+    """How the cluster differs from the policy in force (``cluster: false`` in local mode)."""
+    require_admin(request)
+    queueing = _svc(request).queueing
+    current = queueing.policy
+    return policy_drift_out(current, queueing.drift())
 
 
 def require_admin(request: Request) -> None:

@@ -314,3 +314,29 @@ class PolicyOut(BaseModel):
     priorities: dict[str, int]
     default_priority: str
     local_queues: list[str]
+
+
+class DriftOut(BaseModel):
+    object: str  # "ClusterQueue team-a", "LocalQueue team-a/main"
+    kind: str
+    state: str  # missing, changed, left_over
+    what: str  # how it differs, in words
+
+
+class PolicyClusterOut(BaseModel):
+    """What applying put on the cluster (server-side apply), in apply order."""
+
+    applied: list[str]
+    counts: dict[str, int]  # kind -> objects applied
+    drift_before: list[DriftOut]  # how the cluster differed before this apply
+
+
+class PolicyApplyOut(PolicyOut):
+    cluster: PolicyClusterOut | None  # None: local mode (no cluster to apply to)
+
+
+class PolicyDriftOut(BaseModel):
+    cluster: bool  # False: local mode, nothing to compare with
+    source: str  # the policy in force
+    hash: str | None
+    drift: list[DriftOut]

@@ -4,19 +4,24 @@ Routes translate HTTP to these; they build no model of their own."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+from taugrid.ports.policy_target import Drift
 from taugrid.server.launching import restart_policy_of
-from taugrid.server.queueing import PolicyInForce
+from taugrid.server.queueing import PolicyApplied, PolicyInForce
 from taugrid.server.run_files import checkpoint_out
 from taugrid.server.schemas import (
     AttemptOut,
     CheckpointOut,
+    DriftOut,
     EventOut,
     ExperimentOut,
     MetricsLast,
     PendingOut,
+    PolicyApplyOut,
+    PolicyClusterOut,
+    PolicyDriftOut,
     PolicyOut,
     QueueHeadOut,
     QueueList,
@@ -156,6 +161,30 @@ def policy_out(p: PolicyInForce) -> PolicyOut:
         priorities=dict(sorted(d.priorities.items(), key=lambda kv: kv[1])),
         default_priority=d.default_priority,
         local_queues=sorted(f"{w}/{q}" for w, q in d.local_queues),
+    )
+
+
+def drift_out(found: Iterable[Drift]) -> list[DriftOut]:
+    return [
+        DriftOut(object=str(d.object), kind=d.object.kind, state=d.state, what=d.what)
+        for d in found
+    ]
+
+
+def policy_applied_out(done: PolicyApplied) -> PolicyApplyOut:
+    cluster = None
+    if done.cluster is not None:
+        cluster = PolicyClusterOut(
+            applied=[str(o) for o in done.cluster.applied],
+            counts=done.cluster.counts(),
+            drift_before=drift_out(done.drift_before),
+        )
+    return PolicyApplyOut(**policy_out(done.policy).model_dump(), cluster=cluster)
+
+
+def policy_drift_out(p: PolicyInForce, found: list[Drift] | None) -> PolicyDriftOut:
+    return PolicyDriftOut(
+        cluster=found is not None, source=p.source, hash=p.hash, drift=drift_out(found or [])
     )
 
 

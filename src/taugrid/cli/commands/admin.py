@@ -9,7 +9,7 @@ audit log (docs/access.md).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -96,7 +96,11 @@ def render(file: Path | None, namespace_prefix: str) -> None:
     click.echo(to_yaml(render_kueue(loaded.policy, namespace_prefix)), nl=False)
 
 
-@policy.command(name="apply", help="Check a policy.yaml and put it in force on the server.")
+@policy.command(
+    name="apply",
+    help="Check a policy.yaml and put it in force on the server (and on its cluster, when "
+    "it has one: nothing is stored unless every object was applied).",
+)
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @output_option
 def apply(file: Path, output: str) -> None:
@@ -108,12 +112,58 @@ def apply(file: Path, output: str) -> None:
     )
     if output == "json":
         emit_json(data)
+        return
+    click.echo(
+        f"policy from {file} in force (hash {data['hash'][:12]}): "
+        f"{len(data['cluster_queues'])} cluster queue(s), "
+        f"{len(data['local_queues'])} local queue(s)"
+    )
+    for line in cluster_lines(data.get("cluster")):
+        click.echo(line)
+
+
+def cluster_lines(cluster: dict[str, Any] | None) -> list[str]:
+    """What applying did on the cluster: the drift found before, one line per kind applied."""
+    if cluster is None:  # local mode, or a server of before clusters
+        return []
+    lines = ["drift before applying:"]
+    lines += [f"  {line}" for line in drift_lines(cluster["drift_before"])]
+    lines.append("applied to the cluster (server-side apply):")
+    lines += [f"  {kind}: {n}" for kind, n in cluster["counts"].items()] or ["  nothing"]
+    return lines
+
+
+def drift_lines(drift: list[dict[str, Any]]) -> list[str]:
+    """Drift in words: missing objects counted per kind (on a first apply that is all of
+    them), every changed or left-over object on a line of its own."""
+    if not drift:
+        return ["no drift"]
+    missing: dict[str, int] = {}
+    for d in drift:
+        if d["state"] == "missing":
+            missing[d["kind"]] = missing.get(d["kind"], 0) + 1
+    lines = []
+    if missing:
+        counted = ", ".join(f"{n} {kind}" for kind, n in missing.items())
+        lines.append(f"missing from the cluster: {counted}")
+    lines += [f"{d['object']}: {d['what']}" for d in drift if d["state"] != "missing"]
+    return lines
+
+
+@policy.command(
+    name="drift",
+    help="Show how the cluster's Kueue objects and Namespaces differ from the policy in force.",
+)
+@output_option
+def drift(output: str) -> None:
+    data = connect().call("GET", "/admin/policy/drift")
+    if output == "json":
+        emit_json(data)
+    elif not data["cluster"]:
+        click.echo("no cluster: this server runs in local mode (the policy is in force here only)")
     else:
-        click.echo(
-            f"policy from {file} in force (hash {data['hash'][:12]}): "
-            f"{len(data['cluster_queues'])} cluster queue(s), "
-            f"{len(data['local_queues'])} local queue(s)"
-        )
+        for line in drift_lines(data["drift"]):
+            click.echo(line)
 
 
 @policy.command(name="show", help="Print the policy in force on the server.")
