@@ -106,7 +106,12 @@ def open_fs(loc: Location, key: str | None = None, secret: str | None = None) ->
         raise StorageError(
             "object storage needs fsspec and s3fs (pip install 'taugrid[s3]')"
         ) from None
-    options: dict[str, Any] = {"skip_instance_cache": True, "use_listings_cache": False}
+    options: dict[str, Any] = {
+        "skip_instance_cache": True,
+        "use_listings_cache": False,
+        # A few quick retries: an unreachable endpoint is said in seconds, not minutes.
+        "config_kwargs": {"connect_timeout": 10, "retries": {"max_attempts": 3}},
+    }
     key = key or os.environ.get(KEY_ID_ENV) or None
     secret = secret or os.environ.get(SECRET_KEY_ENV) or None
     if key and secret:
@@ -128,19 +133,24 @@ def describe(
     anything secret: the reason is the error's first line, with ``secrets`` and any
     credential value from the environment blotted out, and cut short."""
     where = loc.url + (f" (endpoint {loc.endpoint_url})" if loc.endpoint_url else "")
+    text = _reason(exc, secrets)
     if isinstance(exc, PermissionError):
-        why = "access denied: check the credentials Secret and the bucket's policy"
+        why = f"access denied ({text}): check the credentials Secret and the bucket's policy"
     elif isinstance(exc, FileNotFoundError):
-        why = "not found (does the bucket exist?)"
+        why = "the bucket does not exist" if "bucket" in text.lower() else f"not found ({text})"
     else:
         name = type(exc).__name__
-        text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        for value in (*secrets, os.environ.get(KEY_ID_ENV), os.environ.get(SECRET_KEY_ENV)):
-            if value:
-                text = text.replace(value, "***")
-        if len(text) > _MAX_REASON:
-            text = text[:_MAX_REASON] + "..."
         why = f"{name}: {text}" if text else name
-        if "connect" in (name + text).lower() or "endpoint" in text.lower():
+        if "connect" in why.lower() or "endpoint" in text.lower():
             why = f"cannot reach the storage endpoint ({why})"
     return StorageError(f"{what} at {where}: {why}")
+
+
+def _reason(exc: BaseException, secrets: tuple[str | None, ...]) -> str:
+    """The error's first line, any credential value in it blotted out, cut short."""
+    lines = str(exc).strip().splitlines()
+    text = lines[0] if lines else ""
+    for value in (*secrets, os.environ.get(KEY_ID_ENV), os.environ.get(SECRET_KEY_ENV)):
+        if value:
+            text = text.replace(value, "***")
+    return text[:_MAX_REASON] + "..." if len(text) > _MAX_REASON else text

@@ -1,6 +1,9 @@
 """What TauGrid runs inside a cluster pod beside the user's image: ``python -m
 taugrid.podhelper fetch-code``, the init container that puts the run's code snapshot in
-the working directory (``manifests.workloads`` renders it).
+the working directory (``manifests.workloads`` renders it); with a workspace's
+``storage.url``, ``fetch-resume`` (an init container) and ``sync-checkpoints`` (a native
+sidecar), which move checkpoints and outputs between the pod and the bucket
+(``taugrid.podstorage``, imported only for them: fsspec is not loaded for ``fetch-code``).
 
 From its environment: ``TAU_SNAPSHOT_URL`` (the server's snapshot endpoint),
 ``TAU_SNAPSHOT_SHA256`` (the digest the run was submitted with), ``TAU_SNAPSHOT_TOKEN``
@@ -11,7 +14,8 @@ checked member by member as the server checks an upload, and unpacked all or not
 A failure exits non-zero with one line naming what went wrong, so the pod's
 ``Init:Error`` says why; the token never appears in it.
 
-Standard library and ``taugrid.workdir`` only: it starts in every pod of every run.
+Standard library and ``taugrid.workdir`` only at import: it starts in every pod of
+every run.
 """
 
 from __future__ import annotations
@@ -97,9 +101,19 @@ def fetch_code(url: str, digest: str, token: str, code_dir: Path, timeout_s: flo
     return len(entries)
 
 
+STORAGE_COMMANDS = ("fetch-resume", "sync-checkpoints")
+
+
 def main(argv: list[str]) -> int:
+    if len(argv) == 1 and argv[0] in STORAGE_COMMANDS:
+        from taugrid import podstorage  # fsspec and s3fs only where they are used
+
+        return podstorage.run_command(argv[0])
     if argv != ["fetch-code"]:
-        print("usage: python -m taugrid.podhelper fetch-code", file=sys.stderr)
+        print(
+            "usage: python -m taugrid.podhelper fetch-code|fetch-resume|sync-checkpoints",
+            file=sys.stderr,
+        )
         return 2
     try:
         n = fetch_code(
