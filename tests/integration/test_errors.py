@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 
 import httpx
 from tauproc import Tau, write_spec
 
 from taugrid import __version__
-from taugrid.spec.modes import LOCAL
+from taugrid.executors.local.executor import find_ray_cli
+from taugrid.spec.modes import LOCAL, LOCAL_WITH_RAY
+
+# A local server offers launcher: ray where Ray is installed beside it (taugrid[ray]).
+SERVER_CAPS = LOCAL_WITH_RAY if find_ray_cli(sys.executable) else LOCAL
 
 
 def _run_count(tau: Tau) -> int:
@@ -67,7 +72,7 @@ def test_validate_and_run_refuse_in_the_words_of_the_servers_mode(tau: Tau) -> N
     answer = httpx.get(f"{url}/api/v1/server", headers={"Authorization": f"Bearer {tau.token()}"})
     assert answer.json() == {
         "mode": "local",
-        "capabilities": LOCAL.to_dict(),
+        "capabilities": SERVER_CAPS.to_dict(),
         "version": __version__,
     }
     assert httpx.get(f"{url}/api/v1/server").status_code == 401

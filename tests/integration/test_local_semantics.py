@@ -20,8 +20,12 @@ from ruamel.yaml import YAML
 from tauproc import Tau, write_spec
 
 from servicecheck import require_bwrap
+from taugrid.executors.local.executor import find_ray_cli
 from taugrid.executors.local.gpus import NvmlGpus
-from taugrid.spec.modes import LOCAL
+from taugrid.spec.modes import LOCAL, LOCAL_WITH_RAY
+
+# A local server offers launcher: ray where Ray is installed beside it (taugrid[ray]).
+SERVER_CAPS = LOCAL_WITH_RAY if find_ray_cli(sys.executable) else LOCAL
 
 PY = sys.executable
 
@@ -386,7 +390,7 @@ def _check_rights(api: Callable[[str], httpx.Client], tokens: dict[str, str]) ->
         "queue": "default",
         "cluster_queue": "default",
         "priority": "normal",
-        "capabilities": LOCAL.to_dict(),  # what the mode accepts: tau run's notes
+        "capabilities": SERVER_CAPS.to_dict(),  # what the mode accepts: tau run's notes
     }
     assert api("view").post("/runs/check", json=body).status_code == 403
     hidden = api("out").post("/runs/check", json=body)

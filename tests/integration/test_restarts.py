@@ -195,9 +195,9 @@ def test_local_mode_refuses_multi_node_and_ray(tau: Tau) -> None:
     write_spec(tau.cwd, "name: multi\ncommand: echo\nnodes: 9\n")
     proc = tau("run")
     assert proc.returncode == 2 and "local mode runs at most 8 nodes" in proc.stderr
-    write_spec(tau.cwd, "name: ray\ncommand: echo\nlauncher: ray\n", "ray.yaml")
+    write_spec(tau.cwd, "name: ray\ncommand: echo\nlauncher: ray\nnodes: 2\n", "ray.yaml")
     proc = tau("run", "ray.yaml")
-    assert proc.returncode == 2 and "launcher: ray is not supported" in proc.stderr
+    assert proc.returncode == 2 and "launcher: ray runs a single-node Ray cluster" in proc.stderr
     assert tau.json("list")["runs"] == []
 
 

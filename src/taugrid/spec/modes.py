@@ -10,7 +10,7 @@ row goes away or its capability grows. Pure: no I/O.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
@@ -72,10 +72,24 @@ class Capabilities:
 LOCAL = Capabilities(
     "local", max_nodes=8, launchers=frozenset(("command", "torchrun")), images=False
 )
+# ... and ``launcher: ray`` as a single-node Ray cluster per run (executors.local.raydriver)
+# where Ray is installed beside the server (the extra taugrid[ray]): the local executor
+# answers this one then. LOCAL stays what a local server without Ray (or an older one,
+# which says nothing) runs.
+LOCAL_WITH_RAY = replace(LOCAL, launchers=LOCAL.launchers | {"ray"})
+RAY_INSTALL = "pip install 'taugrid[ray]'"
 CLUSTER = Capabilities(
     "cluster", max_nodes=64, launchers=frozenset(("command", "torchrun", "ray")), images=True
 )
 BY_MODE: dict[Mode, Capabilities] = {"local": LOCAL, "cluster": CLUSTER}
+
+
+def _always(spec: TauSpec) -> bool:
+    return True
+
+
+def _ray(spec: TauSpec) -> bool:
+    return spec.launcher == "ray"
 
 
 @dataclass(frozen=True)
@@ -85,6 +99,7 @@ class _Row:
     fires: Callable[[object, Capabilities], bool]  # given the field's value and the caps
     # What follows "FIELD: " in the sentence; {value}, {mode}, {max_nodes}, {launchers}.
     says: str
+    when: Callable[[TauSpec], bool] = _always  # and only for specs this holds for
 
 
 _ROWS: tuple[_Row, ...] = (
@@ -114,10 +129,25 @@ _ROWS: tuple[_Row, ...] = (
         "(use nodes: {max_nodes} or fewer)",
     ),
     _Row(
+        "nodes",
+        "refused",
+        lambda v, c: c.mode == "local" and "ray" in c.launchers and isinstance(v, int) and v > 1,
+        "{value}: launcher: ray runs a single-node Ray cluster in local mode; use nodes: 1 "
+        "(Ray spreads the job's tasks over the run's CPUs and GPUs) or the Kubernetes mode",
+        when=_ray,
+    ),
+    _Row(
         "launcher",
         "refused",
-        lambda v, c: v not in c.launchers,
+        lambda v, c: v not in c.launchers and not (v == "ray" and c.mode == "local"),
         "{value} is not supported in {mode} mode yet; use {launchers}",
+    ),
+    _Row(
+        "launcher",
+        "refused",
+        lambda v, c: v == "ray" and c.mode == "local" and v not in c.launchers,
+        "ray needs Ray installed beside the server: " + RAY_INSTALL + " in the server's "
+        "environment, then restart the server (or use {launchers})",
     ),
     _Row(
         "image",
@@ -146,7 +176,7 @@ def _sentences(spec: TauSpec, caps: Capabilities | Mode, effect: Effect) -> list
     out = []
     for row in _ROWS:
         value = _value(spec, row.field)
-        if row.effect == effect and row.fires(value, c):
+        if row.effect == effect and row.fires(value, c) and row.when(spec):
             shown = ", ".join(value) if isinstance(value, dict) else value
             said = row.says.format(
                 value=shown,

@@ -146,8 +146,8 @@ def test_launch_command_starts_one_node_only(launcher: str) -> None:
         )
 
 
-def test_ray_is_not_supported_locally_yet() -> None:
-    with pytest.raises(UsageError, match="launcher: ray is not supported in local mode yet"):
+def test_ray_runs_through_its_driver() -> None:
+    with pytest.raises(UsageError, match="launcher: ray starts a Ray cluster of its own"):
         launch_command(
             "python t.py",
             launcher="ray",

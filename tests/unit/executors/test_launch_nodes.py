@@ -148,7 +148,7 @@ def test_one_node_is_exactly_launch_command(launcher: str) -> None:
     ("kwargs", "message"),
     [
         ({"nodes": LOCAL.max_nodes + 1}, f"local mode runs at most {LOCAL.max_nodes} nodes"),
-        ({"launcher": "ray"}, "launcher: ray is not supported in local mode yet"),
+        ({"launcher": "ray"}, "launcher: ray runs a single-node Ray cluster in local mode"),
         ({"launcher": "mpirun"}, "unknown launcher 'mpirun'"),
         ({"procs": 0}, "procs_per_node must be at least 1"),
         ({"gpus": [0, 1, 2]}, "cannot be shared evenly"),

@@ -20,7 +20,11 @@ NODES_LOCAL = (
     "nodes: 9: local mode runs at most 8 nodes, all on this one machine; more need the "
     "Kubernetes mode (use nodes: 8 or fewer)"
 )
-RAY_LOCAL = "launcher: ray is not supported in local mode yet; use command or torchrun"
+# Without Ray beside the server (LOCAL_WITH_RAY runs it: tests/unit/executors/test_raydriver.py).
+RAY_LOCAL = (
+    "launcher: ray needs Ray installed beside the server: pip install 'taugrid[ray]' in the "
+    "server's environment, then restart the server (or use command or torchrun)"
+)
 IMAGE_LOCAL = (
     "image: x/y:1 has no effect in local mode (local mode runs in the submitter's environment)"
 )

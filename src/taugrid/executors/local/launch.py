@@ -30,7 +30,8 @@ machine:
   The extra environment is ``MASTER_ADDR``, ``MASTER_PORT``, ``NNODES``, ``NODE_RANK``,
   ``WORLD_SIZE`` (torchrun sets the same per worker, plus ``RANK`` and ``LOCAL_RANK``) and
   ``TAU_DIST_BACKEND``: ``nccl`` when the run has GPUs, ``gloo`` otherwise.
-- ``ray``: not supported in local mode yet (:class:`UsageError`).
+- ``ray``: a single-node Ray cluster of the attempt's own, the command its job
+  (:func:`ray_command`, ``raydriver``); one node only.
 
 ``nodes: N`` (2 up to ``LOCAL.max_nodes``): :func:`launch_nodes` gives each of the N
 "nodes" on this machine what the cluster's Indexed Job gives each pod
@@ -46,13 +47,17 @@ supervisor runs the nodes as one unit (``nodegroup``).
 
 from __future__ import annotations
 
+import math
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from taugrid.domain.launchers import TORCH_RUN_MODULE, torchrun_target
 from taugrid.errors import UsageError
+from taugrid.executors.local import raydriver
 from taugrid.spec.modes import LOCAL
+from taugrid.spec.units import cpu_millis
 
 LOCALHOST = "127.0.0.1"
 
@@ -185,6 +190,57 @@ def gpu_slices(gpu_indices: Sequence[int], nodes: int) -> list[tuple[int, ...]]:
     return [tuple(gpu_indices[i * each : (i + 1) * each]) for i in range(nodes)]
 
 
+RAY_NODES = (
+    "nodes: {nodes}: launcher: ray runs a single-node Ray cluster in local mode; use "
+    "nodes: 1 (Ray spreads the job's tasks over the run's CPUs and GPUs) or the "
+    "Kubernetes mode"
+)
+
+
+def ray_command(
+    command: list[str] | str,
+    *,
+    setup: str | None,
+    python: str,
+    ray: str,
+    run_id: str,
+    attempt: int,
+    nodes: int,
+    gpu_indices: Sequence[int],
+    resources: Mapping[str, Any],
+    stop_grace_s: float,
+    hidden_env: Sequence[str],
+) -> list[str]:
+    """The workload command of a ``launcher: ray`` attempt: ``raydriver`` under the
+    server's ``python``, driving the ``ray`` CLI beside it: the run's own single-node
+    cluster with the placement's GPUs and ``resources.cpus`` (rounded up), and ``setup
+    && command`` its job's entrypoint (so the supervisor runs no setup of its own).
+    ``hidden_env``: the secrets' names, kept out of Ray's runtime env."""
+    if nodes != 1:
+        raise UsageError(RAY_NODES.format(nodes=nodes))
+    return raydriver.driver_argv(
+        python,
+        ray=ray,
+        run_id=run_id,
+        attempt=attempt,
+        gpus=len(gpu_indices),
+        cpus=ray_cpus(resources),
+        stop_grace_s=stop_grace_s,
+        hidden_env=hidden_env,
+        command=command,
+        setup=setup,
+    )
+
+
+def ray_cpus(resources: Mapping[str, Any]) -> int | None:
+    """Ray's ``--num-cpus`` for ``resources.cpus``: whole CPUs, rounded up, at least 1;
+    None (what Ray detects) when the spec names none."""
+    cpus = resources.get("cpus")
+    if cpus is None:
+        return None
+    return max(1, math.ceil(cpu_millis(cpus) / 1000))
+
+
 def _check(*, launcher: str, nodes: int, procs_per_node: int | None, port: int) -> None:
     if nodes < 1:
         raise UsageError(f"nodes must be at least 1 (got {nodes})")
@@ -197,8 +253,9 @@ def _check(*, launcher: str, nodes: int, procs_per_node: int | None, port: int) 
         raise UsageError(f"resources.procs_per_node must be at least 1 (got {procs_per_node})")
     if launcher == "ray":
         raise UsageError(
-            "launcher: ray is not supported in local mode yet; use launcher: command "
-            "(and start Ray from your command) or the Kubernetes mode"
+            "launcher: ray starts a Ray cluster of its own: see ray_command"
+            if nodes == 1
+            else RAY_NODES.format(nodes=nodes)
         )
     if launcher not in ("command", "torchrun"):
         raise UsageError(f"unknown launcher {launcher!r}: expected one of command, torchrun, ray")
