@@ -50,6 +50,7 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 20.0) -> Any:
 class KueuePlayer:
     def __init__(self, emulator: KubeEmulator) -> None:
         self.emu = emulator
+        self.server_args: tuple[str, ...] = ()  # how the test started its tau server
 
     # -- reading ---------------------------------------------------------------------------
     def jobs(self) -> list[dict[str, Any]]:
@@ -227,7 +228,10 @@ class KueuePlayer:
                 "phase": "Pending",
                 "conditions": [{"type": "PodScheduled", "status": "True"}],
                 "containerStatuses": [
-                    {"name": "workload", "state": {"waiting": {"reason": reason, "message": message}}}
+                    {
+                        "name": "workload",
+                        "state": {"waiting": {"reason": reason, "message": message}},
+                    }
                 ],
             },
         )

@@ -104,6 +104,9 @@ class RunEngine:
         # The last admission cycle's explanation for every queued run (position, reason);
         # derived state, recomputed on each cycle, so it needs no storage.
         self.pending: Mapping[str, Pending] = {}
+        # Where each active run's attempt stands as its executor sees it, in words (a
+        # cluster's phases: scheduling, pulling the image, running...); derived state.
+        self.progress: dict[str, str] = {}
         self.changes = RunChanges()  # woken after each commit with the runs that moved
         self._dirty = True
         self._scheduled_at = 0.0
@@ -327,6 +330,10 @@ class RunEngine:
     def _observed(self, run: Row, facts: AttemptFacts, obs: Observation) -> None:
         key = AttemptKey(run["id"], facts.attempt)
         decision = on_observation(facts, obs, self.clock())
+        if obs.detail and obs.phase != Phase.EXITED:
+            self.progress[run["id"]] = obs.detail
+        else:
+            self.progress.pop(run["id"], None)
         if obs.phase == Phase.STOPPING:
             self._lost_noted.add(key)
         else:
@@ -386,6 +393,7 @@ class RunEngine:
 
     def _finished(self, run: Row) -> None:
         self._restart_policies.pop(run["id"], None)
+        self.progress.pop(run["id"], None)
         self.housekeeping.run_finished(run["id"])
 
     # -- admission ----------------------------------------------------------------------

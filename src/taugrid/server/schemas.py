@@ -130,6 +130,9 @@ class RunOut(BaseModel):
     experiment: ExperimentOut | None = None
     metrics_last: MetricsLast | None = None  # the latest value of each metric
     restarts: int = 0  # automatic restarts used
+    # Where an active run's attempt stands, as its executor sees it (a cluster run's
+    # phase: queued in Kueue, scheduling, pulling the image, running); None otherwise.
+    progress: str | None = None
 
 
 class SpecRecord(BaseModel):

@@ -196,6 +196,12 @@ def downgrade_problem(home: Path, settings: ServerSettings) -> str | None:
             "run sandboxed); start it with: tau server start --shared (or use another "
             f"TAU_HOME; delete {home / SETTINGS_FILE} to make it a local home again)"
         )
+    if was.get("executor") == "kubernetes" and not settings.cluster:
+        return (
+            f"{home} is the home of a cluster server (its runs are Kubernetes Jobs); start "
+            "it with: tau server start --executor kubernetes (or set TAU_EXECUTOR=kubernetes; "
+            f"delete {home / SETTINGS_FILE} to make it a local home again)"
+        )
     if was.get("sandboxed") and not settings.sandboxed:
         return (
             f"{home} was served with --isolation sandbox; start it with --isolation sandbox "
@@ -207,8 +213,9 @@ def downgrade_problem(home: Path, settings: ServerSettings) -> str | None:
 def remember_mode(home: Path, settings: ServerSettings) -> None:
     """After a successful start: a shared or sandboxing home is remembered as one (never
     downgraded here: see :func:`downgrade_problem`)."""
-    changes = {"shared": True if settings.shared else None}
+    changes: dict[str, Any] = {"shared": True if settings.shared else None}
     changes["sandboxed"] = True if settings.sandboxed else None
+    changes["executor"] = settings.executor if settings.cluster else None
     if any(changes.values()):
         _write_remembered(home, changes)
 

@@ -34,6 +34,8 @@ from taugrid.server.schemas import (
 from taugrid.server.services import RunService, queue_report
 from taugrid.store.runs import Row
 
+ACTIVE = frozenset({"ADMITTED", "RUNNING"})
+
 
 def run_row(svc: RunService, r: Row) -> RunOut:
     """A run as lists show it (what `tau status` and the portal's tables read)."""
@@ -68,6 +70,7 @@ def run_row(svc: RunService, r: Row) -> RunOut:
         experiment=ExperimentOut(**r["experiment"]) if r.get("experiment") else None,
         metrics_last=MetricsLast(**r["metrics_last"]) if r.get("metrics_last") else None,
         restarts=r.get("restarts") or 0,
+        progress=svc.engine.progress.get(r["id"]) if r["state"] in ACTIVE else None,
     )
 
 

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kueue_player import KueuePlayer, wait_for
 from tauproc import Tau
 
 from kube_emulator import KubeEmulator
+from kueue_player import KueuePlayer, wait_for
 
 SPEC = """\
 name: {name}
@@ -29,8 +29,10 @@ restart:
 @pytest.fixture
 def cluster(tau: Tau, kube_emulator: KubeEmulator, tmp_path: Path) -> Iterator[KueuePlayer]:
     config = kube_emulator.write_kubeconfig(tmp_path / "kubeconfig")
-    tau.start_server("--executor", "kubernetes", "--kubeconfig", str(config))
-    yield KueuePlayer(kube_emulator)
+    player = KueuePlayer(kube_emulator)
+    player.server_args = ("--executor", "kubernetes", "--kubeconfig", str(config))
+    tau.start_server(*player.server_args)
+    yield player
     tau("server", "stop", timeout=30)  # before the emulator: its watches end first
 
 
@@ -68,3 +70,149 @@ def test_a_run_goes_from_kueue_admission_to_success(tau: Tau, cluster: KueuePlay
     tau.wait_state(run_id, {"SUCCEEDED"})
     # The finished attempt's objects are deleted (pods by the foreground deletion).
     wait_for("the Job deleted", lambda: cluster.job(job["metadata"]["name"]) is None)
+
+
+def admitted_and_running(tau: Tau, cluster: KueuePlayer, run_id: str, attempt: int = 0) -> Any:
+    """Kueue admits the attempt's Job, its pod runs: the run is RUNNING."""
+    job = cluster.wait_job(run_id, attempt)
+    cluster.make_workload(job)
+    cluster.admit(job)
+    job = cluster.wait_job(run_id, attempt)
+    (pod,) = cluster.make_pods(job)
+    cluster.pod_running(pod)
+    tau.wait_state(run_id, {"RUNNING"})
+    return job, pod
+
+
+def events(tau: Tau, run_id: str) -> list[str]:
+    return [f"{e['reason']}: {e['message']}" for e in tau.json("status", run_id)["events"]]
+
+
+def test_a_kueue_preemption_requeues_the_run_as_a_new_attempt_object(
+    tau: Tau, cluster: KueuePlayer
+) -> None:
+    run_id = submit(tau, "preempted")
+    job, _pod = admitted_and_running(tau, cluster, run_id)
+    cluster.evict(job)
+    # TauGrid deletes the evicted attempt's objects and creates the next attempt's:
+    # never by toggling suspend on the old Job.
+    wait_for("attempt 0's Job deleted", lambda: cluster.job(f"{run_id}-a0") is None)
+    tau.wait_state(run_id, {"QUEUED"})
+    job1 = cluster.wait_job(run_id, 1)
+    assert job1["spec"]["suspend"] is True
+    said = events(tau, run_id)
+    assert any("preempted by Kueue (InClusterQueue)" in e for e in said), said
+    cluster.make_workload(job1)
+    cluster.admit(job1)
+    (pod,) = cluster.make_pods(cluster.wait_job(run_id, 1))
+    cluster.pod_running(pod)
+    cluster.pod_exited(pod, 0)
+    cluster.finish_job(cluster.wait_job(run_id, 1))
+    run = tau.wait_state(run_id, {"SUCCEEDED"})
+    # A preemption is not a failure: no restart of the budget was used.
+    assert run["restarts"] == 0 and run["attempts"] == 2
+
+
+def test_an_oom_killed_pod_fails_the_attempt_as_an_oom(tau: Tau, cluster: KueuePlayer) -> None:
+    run_id = submit(tau, "hog", SPEC.replace("max: 2", "max: 0"))
+    job, pod = admitted_and_running(tau, cluster, run_id)
+    cluster.pod_exited(pod, 137, "OOMKilled")
+    cluster.finish_job(job, failed="BackoffLimitExceeded")
+    run = tau.wait_state(run_id, {"FAILED"})
+    detail = tau.json("status", run_id)
+    (attempt,) = detail["attempt_list"]
+    assert attempt["failure_class"] == "oom", attempt
+    assert run["exit_code"] == 137
+
+
+def test_cancel_while_queued_deletes_the_objects_made_for_kueue(
+    tau: Tau, cluster: KueuePlayer
+) -> None:
+    run_id = submit(tau, "never")
+    cluster.wait_job(run_id)
+    tau("cancel", run_id, check=True)
+    tau.wait_state(run_id, {"CANCELLED"})
+    wait_for("the Job deleted", lambda: cluster.job(f"{run_id}-a0") is None)
+    wait_for(
+        "the code token's Secret deleted",
+        lambda: cluster.emu.get("v1", "Secret", "default", f"{run_id}-a0-code") is None,
+    )
+
+
+def test_cancel_while_running_waits_for_the_pods_to_go(tau: Tau, cluster: KueuePlayer) -> None:
+    run_id = submit(tau, "stopped")
+    admitted_and_running(tau, cluster, run_id)
+    tau("cancel", "--no-wait", run_id, check=True)
+    wait_for("the Job deleted", lambda: cluster.job(f"{run_id}-a0") is None)
+    # The pod is still there (terminating): the run has not ended yet.
+    assert tau.json("status", run_id)["state"] == "RUNNING"
+    assert cluster.collect_garbage() == 1
+    tau.wait_state(run_id, {"CANCELLED"})
+
+
+def test_a_pod_that_cannot_start_fails_the_attempt_in_the_kubelets_words(
+    tau: Tau, cluster: KueuePlayer
+) -> None:
+    run_id = submit(tau, "badimage", SPEC.replace("max: 2", "max: 0"))
+    job = cluster.wait_job(run_id)
+    cluster.make_workload(job)
+    cluster.admit(job)
+    (pod,) = cluster.make_pods(cluster.wait_job(run_id))
+    cluster.pod_waiting(pod, "InvalidImageName", 'couldn\'t parse image name "python:::"')
+    tau.wait_state(run_id, {"FAILED"})
+    detail = tau.json("status", run_id)
+    assert "InvalidImageName" in detail["message"], detail["message"]
+    wait_for("the failed attempt's Job deleted", lambda: cluster.job(f"{run_id}-a0") is None)
+
+
+def test_phases_are_shown_apart_while_the_run_starts(tau: Tau, cluster: KueuePlayer) -> None:
+    run_id = submit(tau, "phases")
+    job = cluster.wait_job(run_id)
+    cluster.make_workload(job)
+    cluster.admit(job)
+    tau.wait_state(run_id, {"ADMITTED"})
+    wait_for(
+        "admitted, waiting for pods",
+        lambda: "Job controller" in (tau.json("status", run_id).get("progress") or ""),
+    )
+    (pod,) = cluster.make_pods(cluster.wait_job(run_id))
+    cluster.emu.put(
+        {
+            **pod,
+            "status": {
+                "phase": "Pending",
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": "0/4 nodes are available: 4 Insufficient nvidia.com/gpu.",
+                    }
+                ],
+            },
+        }
+    )
+    wait_for(
+        "unschedulable in words",
+        lambda: "Insufficient nvidia.com/gpu" in (tau.json("status", run_id).get("progress") or ""),
+    )
+    text = tau("status", run_id, check=True).stdout
+    assert "Now:        scheduling: pod" in text and "hint:" in text
+
+
+def test_the_server_killed_mid_run_picks_up_where_the_cluster_is(
+    tau: Tau, cluster: KueuePlayer
+) -> None:
+    run_id = submit(tau, "survivor")
+    job, pod = admitted_and_running(tau, cluster, run_id)
+    tau.kill_server()
+    # While no server watches: the pod ends and the Job completes.
+    cluster.pod_exited(pod, 0)
+    cluster.finish_job(job)
+    # A cluster's home is not served by a local server by mistake (the CLI's auto-start).
+    refused = tau("server", "start")
+    assert refused.returncode != 0 and "--executor kubernetes" in refused.stderr, refused
+    tau.start_server(*cluster.server_args)
+    tau.wait_state(run_id, {"SUCCEEDED"})
+    names = [j["metadata"]["name"] for j in cluster.jobs()]
+    assert f"{run_id}-a1" not in names  # nothing started twice

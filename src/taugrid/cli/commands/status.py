@@ -73,6 +73,7 @@ def describe(run: dict[str, Any]) -> str:
         + (" (from the first attempt's start)" if len(run.get("attempt_list") or ()) > 1 else ""),
         f"Exit code:  {exit_text(run)}",
         *_pending_lines(run),
+        *([f"Now:        {run['progress']}"] if run.get("progress") else []),
         *_experiment_lines(run),
         *_restart_lines(run),
         *_metrics_lines(run),

@@ -162,11 +162,11 @@ def _ended(objects: AttemptObjects) -> Observation | None:
     finished = finished or parse_time(failed.get("lastTransitionTime"))
     reason = failed.get("reason") or "Failed"
     pods = sorted(objects.pods, key=rank_of)
-    pod_exit = next(((p, v.exit) for p in pods if (v := pod_view(p)).exit is not None), None)
+    failed_pods = [(p, e) for p in pods if (e := pod_view(p).exit) and e.outcome == "failed"]
     if reason == "DeadlineExceeded":
         ex = AttemptExit("timeout", None, detail="the Job reached its activeDeadlineSeconds")
-    elif pod_exit is not None and pod_exit[1] is not None and pod_exit[1].outcome == "failed":
-        ex = _named(pod_exit[1], pod_exit[0], pods)
+    elif failed_pods:  # the first in rank order: the others often fail because it did
+        ex = _named(failed_pods[0][1], failed_pods[0][0], pods)
     else:
         message = " ".join(str(failed.get("message") or "").split())
         ex = AttemptExit("failed", None, error=f"the Job failed ({reason}): {message}".rstrip(": "))
@@ -205,6 +205,24 @@ def _ray_words(status: JsonObject) -> str:
     return f"Ray job {status.get('jobStatus') or 'PENDING'} on {status.get('rayClusterName', '?')}"
 
 
+HINTS = {
+    "ImagePullBackOff": "; hint: check image: in tau.yaml and the cluster's pull credentials",
+    "ErrImagePull": "; hint: check image: in tau.yaml and the cluster's pull credentials",
+    "InvalidImageName": "; hint: image: in tau.yaml is not a valid image reference",
+    "CreateContainerConfigError": "; hint: a secret it needs is missing (tau secret set)",
+}
+
+
+def _pods_ready_note(kueue: JsonObject | None) -> str:
+    """Kueue evicts an admitted Workload whose pods are not all ready in time."""
+    if kueue is None:
+        return ""
+    ready = _conditions(kueue).get("PodsReady")
+    if ready is None or ready.get("status") != "False":
+        return ""
+    return " (Kueue requeues it if its pods are not ready within its PodsReady timeout)"
+
+
 def waiting_words(
     objects: AttemptObjects,
     views: Sequence[tuple[JsonObject, PodView]],
@@ -225,12 +243,17 @@ def waiting_words(
     if not views:
         waited = max(0, int(now - launched_at))
         return f"admitted; waiting for the Job controller to create pods ({waited} s)"
+    ready_note = _pods_ready_note(objects.kueue)
     for pod, view in views:
         if view.waiting == "Unschedulable":
-            return f"scheduling: pod {pod_name(pod)} is unschedulable: {view.waiting_message}"
+            return (
+                f"scheduling: pod {pod_name(pod)} is unschedulable: {view.waiting_message}"
+                f"{ready_note}; hint: no node has what it asks for (resources:, gpu_type:)"
+            )
         if view.waiting is not None:
             what = f"{view.waiting}: {view.waiting_message}".rstrip(": ")
-            return f"starting: pod {pod_name(pod)} waits ({what})"
+            hint = HINTS.get(view.waiting, "")
+            return f"starting: pod {pod_name(pod)} waits ({what}){ready_note}{hint}"
     for pod, _ in views:
         status = pod.get("status") or {}
         for cs in status.get("initContainerStatuses") or []:
