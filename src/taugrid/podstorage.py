@@ -30,9 +30,9 @@ import signal
 import stat
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from taugrid.errors import TauError
 from taugrid.objfs import Location, StorageError, describe, open_fs
@@ -50,22 +50,28 @@ def _log(message: str) -> None:
     print(f"tau: {message}", file=sys.stderr, flush=True)
 
 
-def _read_regular(path: Path) -> Iterator[bytes]:
-    """The bytes of ``path``, refused unless it is a regular file (no link is followed:
-    the workload could plant one pointing anywhere in the pod)."""
+def _open_regular(path: Path) -> BinaryIO:
+    """``path`` opened for reading, refused unless it is a regular file (no link is
+    followed: the workload could plant one pointing anywhere in the pod)."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{path} is not a regular file")
-        while chunk := f.read(_CHUNK):
-            yield chunk
+    f = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        f.close()
+        raise OSError(f"{path} is not a regular file")
+    return f
+
+
+def _read_regular(path: Path) -> bytes:
+    with _open_regular(path) as f:
+        return f.read()
 
 
 def _upload(fs: Any, src: Path, key: str) -> tuple[int, str]:
-    """Stream ``src`` to ``key``: (size, sha256) of what was sent."""
+    """Stream ``src`` to ``key``: (size, sha256) of what was sent. The local file is
+    opened first, so one that cannot be read leaves no object behind."""
     h, n = hashlib.sha256(), 0
-    with fs.open(key, "wb") as out:
-        for chunk in _read_regular(src):
+    with _open_regular(src) as f, fs.open(key, "wb") as out:
+        while chunk := f.read(_CHUNK):
             h.update(chunk)
             n += len(chunk)
             out.write(chunk)
@@ -80,23 +86,35 @@ class CheckpointSync:
         self.fs, self.loc, self.local = fs, loc, local
         self.remote = loc.checkpoints(run_id)
         self.sent: dict[str, bytes] = {}
+        self.failed = 0
         self._warned: set[str] = set()
 
     def sync_once(self) -> list[str]:
         """Upload every committed checkpoint not in the bucket yet, oldest first; remove
-        those pruned locally since. The step directories uploaded now."""
+        those pruned locally since. The step directories uploaded now. One that fails is
+        said and left for the next pass, without holding back the others;
+        ``self.failed`` counts this pass's failures."""
         uploaded = []
+        self.failed = 0
         present = {p.name: p for _, p in step_dirs(self.local)}
         for name in sorted(present):
-            if self._sync_one(name, present[name]):
+            if self._guarded(self._sync_one, name, present[name]):
                 uploaded.append(name)
         for name in sorted(set(self.sent) - set(present)):
-            self._remove(name)
+            self._guarded(self._remove, name)
         return uploaded
+
+    def _guarded(self, job: Callable[..., bool | None], *args: Any) -> bool:
+        try:
+            return bool(job(*args))
+        except StorageError as exc:
+            self.failed += 1
+            _log(exc.message)
+            return False
 
     def _sync_one(self, name: str, path: Path) -> bool:
         try:
-            raw = b"".join(_read_regular(path / MANIFEST))
+            raw = _read_regular(path / MANIFEST)
         except OSError:
             return False  # pruned or replaced since the scan: the next pass sees it
         if self.sent.get(name) == raw:
@@ -120,7 +138,7 @@ class CheckpointSync:
                 if got != (f.size, f.sha256):
                     return False  # changed while it was read: not this checkpoint
             # The manifest still the one whose files were sent, uploaded last: the commit.
-            if b"".join(_read_regular(path / MANIFEST)) != raw:
+            if _read_regular(path / MANIFEST) != raw:
                 return False
             self.fs.pipe_file(f"{key}/{MANIFEST}", raw)
         except OSError as exc:
@@ -196,20 +214,20 @@ def sync_checkpoints(
     stop: threading.Event | None = None,
 ) -> int:
     """The sidecar's loop until ``stop`` (SIGTERM): passes every ``interval_s``, one last
-    pass, then the outputs. A failing pass is said and retried (the endpoint may be back
-    next time); the last one's failure is the exit status."""
+    pass, then the outputs (the number uploaded). A failure is said and retried next
+    pass (the endpoint may be back); one in the last pass still lets the outputs go up,
+    then is raised, so the container's exit status says it."""
     stop = stop or threading.Event()
     fs = open_fs(loc)
     sync = CheckpointSync(fs, loc, run_id, checkpoints)
     while not stop.is_set():
-        try:
-            sync.sync_once()
-        except StorageError as exc:
-            _log(exc.message)
+        sync.sync_once()
         stop.wait(interval_s)
     sync.sync_once()
     n = upload_outputs(fs, loc, run_id, outputs)
     _log(f"outputs uploaded ({n} files)")
+    if sync.failed:
+        raise SyncError(f"{sync.failed} checkpoint(s) could not be uploaded (said above)")
     return n
 
 

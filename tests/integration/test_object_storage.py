@@ -158,20 +158,36 @@ def test_the_sidecar_uploads_only_committed_checkpoints_then_the_outputs(
             store.open_output(RUN, bad)
 
 
-def test_checkpoints_pruned_by_the_sdk_leave_the_bucket_too(
+def test_pruned_replaced_and_unreadable_checkpoints(
     s3: S3Server,  # noqa: F811
     loc: Location,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setenv("TAU_CHECKPOINT_KEEP", "2")
     root = tmp_path / "checkpoints"
     sync = CheckpointSync(s3.fs(), loc, RUN, root)
+    store = reader(loc)
     for step in (1, 2, 3, 4):
         write_local(root, [step])
         sync.sync_once()
-    assert [c.step for c in reader(loc).checkpoints(RUN, full=True) if c.verified] == [4, 3]
+    # What the SDK pruned (keep: 2) after it went up leaves the bucket too.
+    assert [c.step for c in store.checkpoints(RUN, full=True) if c.verified] == [4, 3]
     assert sync.sync_once() == []  # each goes once
+    # A step written again (a restarted attempt) replaces the one in the bucket.
+    again = write_local(root, [4])[4]
+    assert sync.sync_once() == ["step-0000000004"]
+    assert b"".join(store.open_checkpoint_file(RUN, 4, "w.bin").chunks()) == again
+    # A checkpoint whose file is a link is not uploaded, and holds back no other one.
+    write_local(root, [5, 6])
+    link = root / "step-0000000005" / "w.bin"
+    link.unlink()
+    link.symlink_to(root / "step-0000000006" / "w.bin")
+    assert sync.sync_once() == ["step-0000000006"] and sync.failed == 1
+    assert "uploading checkpoint step-0000000005" in capsys.readouterr().err
+    # 3 and 4 were pruned by the SDK when 5 and 6 came: gone from the bucket as well.
+    assert [(c.step, c.verified) for c in store.checkpoints(RUN, full=True)] == [(6, True)]
 
 
 def test_the_resume_point_is_chosen_as_locally_and_fetch_resume_downloads_it(
