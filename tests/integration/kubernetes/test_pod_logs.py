@@ -13,7 +13,7 @@ import pytest
 
 from kube_emulator import KubeEmulator, Sleeps
 from taugrid.executors.kubernetes.lightkube_client import LightkubeClient
-from taugrid.executors.kubernetes.logarchiver import Backoff, PodLogArchiver
+from taugrid.executors.kubernetes.logarchiver import PodLogArchiver, Timing
 from taugrid.executors.kubernetes.logs import KubeLogSource
 from taugrid.executors.local.logmask import SecretMasker, secret_variants
 from taugrid.ports.executor import AttemptKey
@@ -27,7 +27,7 @@ T1 = "2026-12-01T10:00:00.000001Z"
 T1B = "2026-12-01T10:00:00.500000Z"  # the same second as T1
 T2 = "2026-12-01T10:00:05.000002Z"
 T3 = "2026-12-01T10:00:09.000003Z"
-FAST = Backoff(initial_s=0.02, cap_s=0.2)
+FAST = Timing(initial_s=0.02, cap_s=0.2)
 
 
 def pod(
@@ -98,7 +98,7 @@ def archivers(kube: LightkubeClient, root: Path) -> Iterator[list[PodLogArchiver
 
 @pytest.fixture
 def archiver(kube: LightkubeClient, root: Path, archivers: list[PodLogArchiver]) -> PodLogArchiver:
-    archivers.append(PodLogArchiver(kube, root, backoff=FAST))
+    archivers.append(PodLogArchiver(kube, root, timing=FAST))
     return archivers[-1]
 
 
@@ -148,7 +148,7 @@ def test_a_cut_stream_loses_no_line_and_repeats_none(
     seconds_emulator: KubeEmulator, tmp_path: Path, sleeps: Sleeps, root: Path
 ):
     with client_for(seconds_emulator, tmp_path, sleeps) as kube:
-        archiver = PodLogArchiver(kube, root, backoff=FAST)
+        archiver = PodLogArchiver(kube, root, timing=FAST)
         try:
             seconds_emulator.put(pod("p0"))
             seconds_emulator.append_log(NS, "p0", C, "same\nsame\n", ts=T1)
@@ -228,7 +228,7 @@ def test_a_restarted_archiver_resumes_without_repeats(
         seconds_emulator.put(pod("p0"))
         seconds_emulator.append_log(NS, "p0", C, "one\n", ts=T1)
         seconds_emulator.append_log(NS, "p0", C, "two\n", ts=T1B)
-        first = PodLogArchiver(kube, root, backoff=FAST)
+        first = PodLogArchiver(kube, root, timing=FAST)
         first.follow(KEY, NS)
         wait_for(lambda: served(source) == b"one\ntwo\n")
         first.stop()  # the server stops; the pod runs on
@@ -236,7 +236,7 @@ def test_a_restarted_archiver_resumes_without_repeats(
         seconds_emulator.append_log(NS, "p0", C, "two\n", ts=T1B)  # same stamp and text
         seconds_emulator.append_log(NS, "p0", C, "three\n", ts=T2)
 
-        second = PodLogArchiver(kube, root, backoff=FAST)  # the restarted server
+        second = PodLogArchiver(kube, root, timing=FAST)  # the restarted server
         try:
             second.follow(KEY, NS)
             wait_for(lambda: served(source) == b"one\ntwo\ntwo\nthree\n")
@@ -247,7 +247,7 @@ def test_a_restarted_archiver_resumes_without_repeats(
         assert seconds_emulator.requests("logs")[1].params["sinceTime"] == T1B
         # A third start finds the archive complete and asks the cluster nothing more.
         calls = len(seconds_emulator.requests("logs"))
-        third = PodLogArchiver(kube, root, backoff=FAST)
+        third = PodLogArchiver(kube, root, timing=FAST)
         third.follow(KEY, NS)
         time.sleep(0.3)
         third.stop()
@@ -267,7 +267,7 @@ def test_secret_values_are_masked_in_the_archive(
 
         return mask
 
-    archiver = PodLogArchiver(kube, root, make_masker=make_masker, backoff=FAST)
+    archiver = PodLogArchiver(kube, root, make_masker=make_masker, timing=FAST)
     archivers.append(archiver)
     kube_emulator.put(pod("p0"))
     kube_emulator.append_log(NS, "p0", C, "token=hf_s3cr3t_value ok\n", ts=T1)
@@ -292,3 +292,79 @@ def test_an_api_error_is_logged_once_and_retried(
     warnings = [r.getMessage() for r in caplog.records if "forbidden" in r.getMessage()]
     assert len(warnings) == 1
     assert "\n" not in warnings[0]
+
+
+def ray_pod(name: str, node_type: str | None, created: str) -> dict[str, Any]:
+    obj = pod(name)
+    obj["metadata"]["creationTimestamp"] = created
+    if node_type is None:  # KubeRay's submitter: its Job's pod, none of TauGrid's labels
+        obj["metadata"]["labels"] = {"batch.kubernetes.io/job-name": f"{KEY.run_id}-a0"}
+        obj["spec"]["containers"] = [{"name": "ray-job-submitter", "image": "ray"}]
+    else:
+        obj["metadata"]["labels"]["ray.io/node-type"] = node_type
+        obj["spec"]["containers"] = [{"name": f"ray-{node_type}", "image": "ray"}]
+    return obj
+
+
+def test_a_rayjob_is_head_then_workers_then_submitter(
+    kube_emulator: KubeEmulator, archiver: PodLogArchiver, root: Path
+):
+    kube_emulator.put(ray_pod("c-head-x", "head", "2026-12-01T09:00:00Z"))
+    kube_emulator.put(ray_pod("c-workers-worker-b", "worker", "2026-12-01T09:00:01Z"))
+    kube_emulator.put(ray_pod("c-workers-worker-a", "worker", "2026-12-01T09:00:02Z"))
+    kube_emulator.put(ray_pod("r-logs-a0-sub", None, "2026-12-01T09:01:00Z"))
+    kube_emulator.append_log(NS, "c-head-x", "ray-head", "head up\n", ts=T1)
+    kube_emulator.append_log(NS, "c-workers-worker-b", "ray-worker", "b up\n", ts=T1B)
+    kube_emulator.append_log(NS, "c-workers-worker-a", "ray-worker", "a up\n", ts=T2)
+    kube_emulator.append_log(NS, "r-logs-a0-sub", "ray-job-submitter", "result 42\n", ts=T3)
+    archiver.follow(KEY, NS)
+    source = KubeLogSource(root)
+    wait_for(lambda: source.ranks(KEY).get(3) == ["r-logs-a0-sub"] and b"42" in served(source))
+    assert served(source) == (
+        b"[rank 0] head up\n[rank 1] b up\n[rank 2] a up\n[rank 3] result 42\n"
+    )
+    assert served(source, rank=3) == b"result 42\n"  # the job's output
+
+
+def test_the_watchdog_resumes_an_idle_stream_and_ends_one_left_open(
+    kube: LightkubeClient, kube_emulator: KubeEmulator, archivers: list[PodLogArchiver], root: Path
+):
+    timing = Timing(initial_s=0.02, cap_s=0.2, idle_s=0.3, end_grace_s=0.3)
+    archiver = PodLogArchiver(kube, root, timing=timing, watchdog_s=0.05)
+    archivers.append(archiver)
+    running = kube_emulator.put(pod("p0"))
+    kube_emulator.append_log(NS, "p0", C, "before\n", ts=T1)
+    archiver.follow(KEY, NS)
+    source = KubeLogSource(root)
+    wait_for(lambda: served(source) == b"before\n")
+    # Quiet past idle_s: the stream is closed and followed again, losing and repeating
+    # nothing (a connection that died silently would otherwise hold it for good).
+    wait_for(lambda: len(kube_emulator.requests("logs")) >= 2)
+    kube_emulator.append_log(NS, "p0", C, "after\n", ts=T2)
+    wait_for(lambda: served(source) == b"before\nafter\n")
+    # The pod ended but its stream stays open (a kubelet that never closed it): the
+    # informer's word is enough, after end_grace_s.
+    kube_emulator.patch_status("v1", "Pod", NS, "p0", {"phase": "Succeeded"})
+    archiver.pod_seen({**running, "status": {"phase": "Succeeded"}})
+    wait_for(lambda: source.complete(KEY))
+    assert served(source) == b"before\nafter\n"
+
+
+def test_two_archivers_on_one_archive_do_not_repeat_lines(
+    kube: LightkubeClient,
+    kube_emulator: KubeEmulator,
+    archivers: list[PodLogArchiver],
+    root: Path,
+    caplog: pytest.LogCaptureFixture,
+):
+    kube_emulator.put(pod("p0"))
+    kube_emulator.append_log(NS, "p0", C, "once\n", ts=T1)
+    for _ in range(2):
+        archivers.append(PodLogArchiver(kube, root, timing=FAST))
+        archivers[-1].follow(KEY, NS)
+    source = KubeLogSource(root)
+    wait_for(lambda: served(source) == b"once\n")
+    wait_for(lambda: any("another follower" in r.getMessage() for r in caplog.records))
+    end_pod(kube_emulator, "p0")
+    wait_for(lambda: source.complete(KEY))
+    assert served(source) == b"once\n"

@@ -2,7 +2,7 @@
 
 Layout, beside the local executor's (``<runs_dir>/<run>/attempts/<k>/``)::
 
-    pods/<pod>.json   what the pod is (``loglines.PodMeta``), written before its log
+    pods/<pod>.json   what the pod is (``loglines.PodMeta``); readers list these
     pods/<pod>.log    its container's lines as the kubelet stamped them: ``<ts> <content>``
     pods/<pod>.done   the archive is complete (the pod ended, or is gone): JSON, the end
 
@@ -12,12 +12,14 @@ when reading (``loglines.assign_ranks``). Lines are appended whole, one ``write`
 batch, so a reader sees at most a torn last line, which it leaves for the next read; a
 torn line left by a crash is cut off when the archive is opened again (the resumed stream
 sends it again). Durability: fsync at the pod's end (and when the archiver stops), then
-the marker, written aside and renamed.
+the marker, written aside and renamed. A writer holds an exclusive flock on the log: two
+followers of one pod (two archivers by mistake) would repeat lines.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 from pathlib import Path
@@ -28,6 +30,10 @@ from taugrid.fsdurable import fsync_dir
 from taugrid.ports.executor import AttemptKey
 
 _BLOCK = 64 * 1024
+
+
+class ArchiveBusy(OSError):
+    """Another writer holds the pod's archive."""
 
 
 def pods_dir(root: Path, key: AttemptKey) -> Path:
@@ -81,11 +87,17 @@ class PodArchive:
     def open(self) -> ResumePoint:
         """Open for appending (creating it), cut a torn last line, and say where it ends."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        meta_path = self.directory / f"{self.meta.pod}.json"
+        if self._fd is None:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise ArchiveBusy(f"{self.path}: another writer has it") from None
+            self._fd = fd
+        meta_path = self.directory / f"{self.meta.pod}.json"  # under the lock: one writer
         if not meta_path.exists():
             _write_atomically(meta_path, json.dumps(self.meta.to_json()).encode())
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
         with open(self._fd, "rb", closefd=False) as f:
             end = lines_end(f)
             if end != os.fstat(self._fd).st_size:
