@@ -16,10 +16,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from taugrid.domain.lifecycle import Observation, Phase
 from taugrid.domain.outcomes import AttemptExit
 from taugrid.domain.stops import StopReason
+from taugrid.errors import UsageError
 from taugrid.ports.executor import AttemptKey, Capabilities, LaunchRequest
 from taugrid.spec.modes import LOCAL
 
@@ -76,6 +78,13 @@ class FakeExecutor:
 
     def retain(self, wanted: set[AttemptKey]) -> None:
         return None
+
+    def preview(self, req: LaunchRequest) -> list[dict[str, Any]]:
+        raise UsageError(
+            "a dry run shows the Kubernetes objects a cluster server would create; this "
+            "server runs workloads as local processes (tau render FILE shows a cluster's "
+            "objects without a server)"
+        )
 
     def is_launched(self, key: AttemptKey) -> bool:
         with self._lock:

@@ -123,6 +123,11 @@ class Executor(Protocol):
         """The attempts still wanted; only a ``submits_before_admission`` executor acts."""
         ...
 
+    def preview(self, req: LaunchRequest) -> list[dict[str, Any]]:
+        """What ``launch`` would create, as plain objects, creating nothing (a dry run);
+        an executor with nothing of the kind to show raises ``UsageError`` saying so."""
+        ...
+
     def launch(self, req: LaunchRequest) -> None:
         """Start the attempt (idempotent per key); raise when it cannot be started."""
         ...

@@ -76,6 +76,25 @@ def check_submission(body: CheckRequest, request: Request) -> CheckResult:
     return CheckResult(**svc.check(req), capabilities=capabilities_out(svc.capabilities))
 
 
+class DryRunRequest(CheckRequest):
+    snapshot_digest: str = _NO_SNAPSHOT
+
+
+class DryRunResult(BaseModel):
+    objects: list[dict[str, Any]] = Field(
+        description="What the run's first attempt would create, in creation order."
+    )
+
+
+@limited_route(router, "POST", "/runs/dry-run", MAX_SUBMIT_BODY_BYTES, response_model=DryRunResult)
+def dry_run(body: DryRunRequest, request: Request) -> DryRunResult:
+    """Every submit check, then the objects the executor would create for the first
+    attempt (``tau run --dry-run``); nothing is created or recorded. A cluster server
+    only: a local one answers 400 (``tau render`` shows a cluster's objects offline)."""
+    req = SubmitRequest(**body.model_dump())
+    return DryRunResult(objects=_svc(request).preview(req))
+
+
 @router.get("/runs/{ref}/snapshot", response_model=SnapshotListing)
 def snapshot_listing(ref: str, request: Request) -> SnapshotListing:
     """The files of the run's code snapshot (size, sha256), for whoever may read the run."""

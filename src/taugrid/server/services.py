@@ -37,10 +37,12 @@ from taugrid.errors import (
 )
 from taugrid.osuser import current_user
 from taugrid.ports.artifacts import ArtifactStore, CheckpointInfo, OpenedFile, SnapshotUpload
+from taugrid.ports.executor import AttemptKey, Placement
 from taugrid.ports.logs import LogSource
 from taugrid.ports.secrets import SecretStore
 from taugrid.server.engine import RunEngine
 from taugrid.server.error_answers import safe_message
+from taugrid.server.launching import launch_request
 from taugrid.server.log_follow import LogFollower
 from taugrid.server.queueing import Queueing
 from taugrid.server.run_files import metrics_series
@@ -202,6 +204,28 @@ class RunService:
             "cluster_queue": checked.queue_fields["cluster_queue"],
             "priority": checked.queue_fields["priority"],
         }
+
+    def preview(self, req: SubmitRequest) -> list[dict[str, Any]]:
+        """The objects the executor would create for the run's first attempt (after
+        every check of the submit that needs no snapshot); nothing is recorded."""
+        checked = self._checked(req)
+        spec, queue_fields = checked.spec, checked.queue_fields
+        row = {
+            "id": checked.run_id,
+            "name": spec.name or "run",
+            "workspace": spec.workspace,
+            "spec_resolved": resolved_with_queue(req.resolved, queue_fields["queue"]),
+            "snapshot_digest": req.snapshot_digest,
+            "env_summary": submitter_env(req.env),
+        }
+        key = AttemptKey(checked.run_id, 0)
+        refs = self.secrets.workload_refs(
+            spec.workspace, checked.req.submitter, spec.secrets, must_exist=False
+        )
+        launch = launch_request(
+            row, 0, Placement(flavor=""), self.files.workload_paths(key), None, refs, None
+        )
+        return self.engine.executor.preview(launch)
 
     def _checked(self, req: SubmitRequest) -> _Checked:
         """The checks of a submission that need no snapshot, in order of cost."""

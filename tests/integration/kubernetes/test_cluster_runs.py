@@ -216,3 +216,29 @@ def test_the_server_killed_mid_run_picks_up_where_the_cluster_is(
     tau.wait_state(run_id, {"SUCCEEDED"})
     names = [j["metadata"]["name"] for j in cluster.jobs()]
     assert f"{run_id}-a1" not in names  # nothing started twice
+
+
+def test_run_dry_run_prints_the_objects_and_creates_nothing(
+    tau: Tau, cluster: KueuePlayer
+) -> None:
+    import yaml
+
+    (tau.cwd / "tau.yaml").write_text(SPEC.format(name="dry"))
+    (tau.cwd / "train.py").write_text("print('hello')\n")
+    proc = tau("run", "--dry-run", check=True)
+    docs = list(yaml.safe_load_all(proc.stdout))
+    assert [d["kind"] for d in docs] == ["Secret", "Job"]
+    job = docs[-1]
+    assert job["spec"]["suspend"] is True
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["TAU_CHECKPOINT_DIR"] == "/tau/run/checkpoints"
+    assert docs[0]["stringData"]["token"] == "(issued at launch)"
+    assert cluster.jobs() == []
+    assert tau.json("status")["runs"] == []
+
+
+def test_a_local_server_says_a_dry_run_is_a_cluster_servers(tau: Tau) -> None:
+    proc = tau("run", "--dry-run", "--", "echo", "hi")
+    assert proc.returncode != 0
+    assert "tau render" in proc.stderr and "Traceback" not in proc.stderr

@@ -50,9 +50,19 @@ class RunCommand(click.Command):
     help="Submit at most once for this key in the workspace (for CI retries); the same key "
     "with another spec or code is refused.",
 )
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print, as a YAML stream, the Kubernetes objects a cluster server would create "
+    "for the run's first attempt; nothing is uploaded or recorded.",
+)
 @click.pass_context
 def command(
-    ctx: click.Context, file: Path | None, idempotency_key: str | None, flags: RunFlags
+    ctx: click.Context,
+    file: Path | None,
+    idempotency_key: str | None,
+    dry_run: bool,
+    flags: RunFlags,
 ) -> None:
     from taugrid.spec import inactive_fields, load_spec, spec_from_command
 
@@ -95,6 +105,9 @@ def command(
 
         for note in inactive_fields(loaded.spec, from_check(checked)):
             click.echo(f"note: {note}", err=True)
+    if dry_run:
+        show_dry_run(client, loaded)
+        return
     digest = upload_snapshot(
         client,
         loaded.workdir,
@@ -141,6 +154,31 @@ def check_limits(loaded: LoadedSpec) -> None:
     )
     if problems:
         raise SpecError([SpecProblem(loaded.source, None, None, f, m) for f, m in problems])
+
+
+def show_dry_run(client: Any, loaded: LoadedSpec) -> None:
+    """The objects the server's executor would create, with the real snapshot digest
+    (archived here, not uploaded)."""
+    import sys
+
+    from taugrid.policy import to_yaml
+    from taugrid.workdir.snapshot import DEFAULT_MAX_BYTES, create_snapshot
+
+    limit = int(os.environ.get("TAU_SNAPSHOT_LIMIT", DEFAULT_MAX_BYTES))
+    cache = tau_home() / "cache" / "snapshots"
+    info = create_snapshot(loaded.workdir, list(loaded.spec.exclude), cache, limit, None)
+    body = {
+        "spec_source": loaded.source,
+        "file_text": loaded.file_text,
+        "overrides": loaded.overrides,
+        "resolved": loaded.resolved,
+        "spec_hash": loaded.spec_hash,
+        "snapshot_digest": info.digest,
+        "submitter": current_user(),
+        "env": submitter_env(os.environ),
+    }
+    answer = client.call("POST", "/runs/dry-run", json_body=body)
+    sys.stdout.write(to_yaml(answer["objects"]))
 
 
 def upload_snapshot(

@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from taugrid.domain import code_tokens
 from taugrid.domain.lifecycle import Observation, Phase
@@ -121,6 +122,10 @@ class KubernetesExecutor:
 
     def is_launched(self, key: AttemptKey) -> bool:
         return self.ledger.get(key) is not None
+
+    def preview(self, req: LaunchRequest) -> list[dict[str, Any]]:
+        """The attempt's objects; its code token's Secret holds a placeholder."""
+        return render_attempt(self._input(req))
 
     def launch(self, req: LaunchRequest) -> None:
         key = req.key

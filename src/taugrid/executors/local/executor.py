@@ -280,6 +280,13 @@ class LocalExecutor(RunLayout):
     def retain(self, wanted: set[AttemptKey]) -> None:
         return None
 
+    def preview(self, req: LaunchRequest) -> list[dict[str, Any]]:
+        raise UsageError(
+            "a dry run shows the Kubernetes objects a cluster server would create; this "
+            "server runs workloads as local processes (tau render FILE shows a cluster's "
+            "objects without a server)"
+        )
+
     def is_launched(self, key: AttemptKey) -> bool:
         return (self.attempt_dir(key.run_id, key.attempt) / "launch.json").exists()
 
