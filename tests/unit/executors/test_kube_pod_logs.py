@@ -19,6 +19,7 @@ from taugrid.executors.kubernetes.loglines import (
     parse_line,
     pod_meta,
     prefixed,
+    split_lines,
     timestamp_ns,
 )
 from taugrid.executors.kubernetes.logs import ArchiveStream, KubeLogSource
@@ -231,3 +232,18 @@ def test_tail_of_one_pod(tmp_path: Path, tail: int, expected: bytes):
     f = KubeLogSource(tmp_path).open(KEY, tail=tail)
     assert f is not None
     assert f.read() == expected
+
+
+def test_lines_are_cut_at_newlines_only():
+    assert split_lines(b"10%\r20%\rdone\nnext\npart") == [b"10%\r20%\rdone\n", b"next\n", b"part"]
+    assert split_lines(b"") == []
+    assert split_lines(b"a\n") == [b"a\n"]
+
+
+def test_a_progress_bar_is_served_as_it_was_written(tmp_path: Path):
+    bar = L(T1, "10%\r50%\r100%")
+    write_pod(tmp_path, PodMeta("p", "", "workload", "job"), [bar, L(T2, "next")])
+    f = KubeLogSource(tmp_path).open(KEY)
+    assert f is not None and f.read() == b"10%\r50%\r100%\nnext\n"
+    point = PodArchive(pods_dir(tmp_path, KEY), PodMeta("p", "", "workload", "job")).open()
+    assert point.since_time == T2

@@ -25,7 +25,13 @@ import os
 from pathlib import Path
 from typing import IO
 
-from taugrid.executors.kubernetes.loglines import Line, PodMeta, ResumePoint, parse_line
+from taugrid.executors.kubernetes.loglines import (
+    Line,
+    PodMeta,
+    ResumePoint,
+    parse_line,
+    split_lines,
+)
 from taugrid.fsdurable import fsync_dir
 from taugrid.ports.executor import AttemptKey
 
@@ -151,7 +157,7 @@ def _lines_at_last_timestamp(f: IO[bytes], end: int) -> list[Line]:
         data = f.read(end - start)
         if start > 0:
             data = data[data.find(b"\n") + 1 :]  # the first line may be cut by the block
-        lines = [parse_line(raw) for raw in data.splitlines(keepends=True)]
+        lines = [parse_line(raw) for raw in split_lines(data)]
         first = len(lines)
         while first > 0 and lines[first - 1].ts_ns == lines[-1].ts_ns:
             first -= 1

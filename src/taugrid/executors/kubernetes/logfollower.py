@@ -124,10 +124,10 @@ class PodFollower:
             while not self._closed.is_set():
                 with self._lock:
                     deleted = self._deleted
+                healthy = False
                 if not deleted:
                     try:
-                        if self._follow(point):
-                            delays = self.timing.delays()  # it moved: retry soon again
+                        healthy = self._follow(point)
                     except KubeError as exc:
                         if not isinstance(exc, NotFound):
                             self._note(exc)
@@ -136,7 +136,10 @@ class PodFollower:
                 end = self._end()
                 if end is not None and self._final(point, end):
                     return
-                self._closed.wait(next(delays))
+                if healthy:  # a stream that worked ended: follow again at once
+                    delays = self.timing.delays()
+                else:  # one that failed or ended at once: back off, not to hammer the API
+                    self._closed.wait(next(delays))
         finally:
             with contextlib.suppress(OSError):
                 self.archive.sync()
@@ -144,7 +147,9 @@ class PodFollower:
 
     # -- inside ----------------------------------------------------------------------------
     def _follow(self, point: ResumePoint) -> bool:
-        """Follow the log to the end of one stream; whether it archived anything."""
+        """Follow the log to the end of one stream; whether it was a healthy one (it
+        archived lines, or lasted: a quiet workload's stream closed by the watchdog)."""
+        started = time.monotonic()
         stream = self._logs(point, follow=True)
         with self._lock:
             self._stream = stream
@@ -170,7 +175,7 @@ class PodFollower:
                 self._stream = None
             _close(stream)
         self._last_error = ""
-        return moved
+        return moved or time.monotonic() - started >= self.timing.cap_s
 
     def _end(self) -> str | None:
         """How the pod ended (its phase, or ``deleted``), or None while it runs."""

@@ -73,6 +73,16 @@ class Line:
         return self.ts + b" " + self.content
 
 
+def split_lines(data: bytes) -> list[bytes]:
+    """``data`` cut after each newline. Not ``bytes.splitlines``: that also cuts at a
+    carriage return, which a progress bar writes within its line (the kubelet does not
+    cut there either)."""
+    out = data.split(b"\n")
+    last = out.pop()
+    lines = [line + b"\n" for line in out]
+    return [*lines, last] if last else lines
+
+
 def parse_line(raw: bytes, previous_ns: int = 0) -> Line:
     """A ``<ts> <content>`` line. One without a valid timestamp keeps its whole text as
     content and the previous line's time (nothing is dropped for a malformed stamp)."""

@@ -35,6 +35,7 @@ from taugrid.executors.kubernetes.loglines import (
     parse_line,
     prefix,
     prefixed,
+    split_lines,
 )
 from taugrid.ports.executor import AttemptKey
 
@@ -107,7 +108,7 @@ class _Cursor:
         cut = data.rfind(b"\n") + 1  # a torn last line is still being written
         if cut:
             self.pos += cut
-            for raw in data[:cut].splitlines(keepends=True):
+            for raw in split_lines(data[:cut]):
                 line = parse_line(raw, self._last_ns)
                 self._last_ns = line.ts_ns
                 self.pending.append(line)
@@ -188,7 +189,7 @@ class ArchiveStream(io.RawIOBase, BinaryIO):
         super().close()
 
     def __iter__(self) -> Iterator[bytes]:
-        return iter(self.read().splitlines(keepends=True))
+        return iter(split_lines(self.read()))
 
     # -- inside ----------------------------------------------------------------------------
     def _refresh(self) -> None:
