@@ -31,8 +31,9 @@ and drives the ``ray`` CLI of the server's environment (the extra ``taugrid[ray]
    Ray process (gcs_server, raylet, dashboard, agents, workers, the entrypoint) stays
    below it; all get SIGTERM, then SIGKILL, and are reaped before the temp dir is removed
    and this process exits. On SIGTERM (a cancel, a timeout: the supervisor signals the
-   whole tree at once) the job's processes get the run's ``stop_grace`` less a margin to
-   end, with their output still copied; Ray's daemons are not waited for. Never ``ray
+   whole tree at once) the job's entrypoint and its children get the run's
+   ``stop_grace`` less a margin to end, with their output still copied; Ray's daemons and
+   workers are not waited for. Never ``ray
    stop``: it stops every Ray cluster of the machine.
 """
 
@@ -561,10 +562,15 @@ class Driver:
         while time.monotonic() < end:
             self.tail()
             self.reap()
-            if not [p for p in self.live_below() if p not in self.daemons]:
+            if not self.job_processes():
                 break
             time.sleep(TAIL_EVERY_S)
         return STOPPED_EXIT
+
+    def job_processes(self) -> list[int]:
+        """The job's entrypoint and what it started: Ray gives them (alone) its job config
+        in their environment; Ray's daemons and workers do not count."""
+        return [pid for pid in self.live_below() if pid not in self.daemons and _is_job(pid)]
 
     def finish(self) -> None:
         """Nothing of the cluster outlives the driver: kill, reap, remove the temp dir."""
@@ -578,6 +584,17 @@ class Driver:
             with contextlib.suppress(OSError):
                 self._log.close()
         shutil.rmtree(self.temp, ignore_errors=True)
+
+
+JOB_ENV_MARK = b"RAY_JOB_CONFIG_JSON_ENV_VAR="  # Ray's, in its job entrypoint's environment
+
+
+def _is_job(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return any(v.startswith(JOB_ENV_MARK) for v in f.read().split(b"\0"))
+    except OSError:
+        return False
 
 
 def _http_status(exc: BaseException) -> int | None:
