@@ -218,9 +218,7 @@ def test_the_server_killed_mid_run_picks_up_where_the_cluster_is(
     assert f"{run_id}-a1" not in names  # nothing started twice
 
 
-def test_run_dry_run_prints_the_objects_and_creates_nothing(
-    tau: Tau, cluster: KueuePlayer
-) -> None:
+def test_run_dry_run_prints_the_objects_and_creates_nothing(tau: Tau, cluster: KueuePlayer) -> None:
     import yaml
 
     (tau.cwd / "tau.yaml").write_text(SPEC.format(name="dry"))
@@ -242,3 +240,90 @@ def test_a_local_server_says_a_dry_run_is_a_cluster_servers(tau: Tau) -> None:
     proc = tau("run", "--dry-run", "--", "echo", "hi")
     assert proc.returncode != 0
     assert "tau render" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_watches_cut_and_too_old_are_resumed_without_losing_a_change(
+    tau: Tau, cluster: KueuePlayer
+) -> None:
+    run_id = submit(tau, "watched")
+    job = cluster.wait_job(run_id)
+    cluster.make_workload(job)
+    cluster.emu.wait_watchers("v1", "Pod")
+    assert cluster.emu.cut_watches() > 0  # mid-stream: the informers watch again
+    cluster.admit(job)
+    tau.wait_state(run_id, {"ADMITTED"})
+    (pod,) = cluster.make_pods(cluster.wait_job(run_id))
+    cluster.emu.wait_watchers("v1", "Pod")
+    cluster.emu.expire_watches()  # 410 Gone: list again, and find what changed
+    cluster.pod_running(pod)
+    tau.wait_state(run_id, {"RUNNING"})
+    cluster.pod_exited(pod, 0)
+    cluster.finish_job(cluster.wait_job(run_id))
+    tau.wait_state(run_id, {"SUCCEEDED"})
+
+
+def test_throttled_and_failing_creates_are_retried_or_fail_the_run_in_words(
+    tau: Tau, cluster: KueuePlayer
+) -> None:
+    # 429 with Retry-After and a 503: nothing was created, so the create is retried.
+    cluster.emu.fail_next("create jobs", 429, retry_after=0.2)
+    cluster.emu.fail_next("create jobs", 503)
+    ok = submit(tau, "retried")
+    cluster.wait_job(ok)
+    assert state(tau, ok) == "QUEUED"
+    # 403 is not retried: the run fails with the API server's words, and the Secret
+    # made before the Job is deleted (never a half-created attempt).
+    cluster.emu.fail_next(
+        "create jobs", 403, reason="Forbidden", message='jobs.batch is forbidden: User "tau"'
+    )
+    refused = submit(tau, "refused")
+    run = tau.wait_state(refused, {"FAILED"})
+    assert "forbidden" in run["message"], run["message"]
+    wait_for(
+        "no Secret left of the refused attempt",
+        lambda: cluster.emu.get("v1", "Secret", "default", f"{refused}-a0-code") is None,
+    )
+
+
+def test_a_name_taken_by_someone_elses_job_is_refused_not_adopted(
+    tau: Tau, cluster: KueuePlayer
+) -> None:
+    (tau.cwd / "tau.yaml").write_text(SPEC.format(name="taken"))
+    (tau.cwd / "train.py").write_text("print('hello')\n")
+    # 409 on create: TauGrid reads the object, sees it is not this attempt's and stops.
+    cluster.emu.fail_next("create jobs", 409, reason="AlreadyExists", message="exists")
+    run_id = str(tau.json("run")["run"]["id"])
+    run = tau.wait_state(run_id, {"FAILED", "QUEUED"})
+    # The emulator answered 409 but holds no such Job: not ours, so not adopted.
+    run = tau.wait_state(run_id, {"FAILED"})
+    assert "could not submit" in run["message"], run["message"]
+
+
+def test_a_lost_node_is_not_a_failure_the_job_makes_a_new_pod(
+    tau: Tau, cluster: KueuePlayer
+) -> None:
+    run_id = submit(tau, "nodelost")
+    job, pod = admitted_and_running(tau, cluster, run_id)
+    # The node goes: the pod gets DisruptionTarget, fails and is deleted; the Job's
+    # podFailurePolicy ignores it and the Job controller makes a new pod.
+    cluster.emu.put(
+        {
+            **pod,
+            "status": {
+                "phase": "Failed",
+                "reason": "NodeLost",
+                "conditions": [{"type": "DisruptionTarget", "status": "True"}],
+            },
+        }
+    )
+    cluster.emu.delete("v1", "Pod", "default", pod["metadata"]["name"])
+    wait_for(
+        "the run waiting for a new pod",
+        lambda: "Job controller" in (tau.json("status", run_id).get("progress") or ""),
+    )
+    assert state(tau, run_id) == "RUNNING"
+    (again,) = cluster.make_pods(job)
+    cluster.pod_running(again)
+    cluster.pod_exited(again, 0)
+    cluster.finish_job(job)
+    tau.wait_state(run_id, {"SUCCEEDED"})

@@ -37,7 +37,11 @@ from taugrid.executors.kubernetes.client import (
     JsonObject,
     KubeClient,
     KubeError,
+    NotFound,
     ObjectRef,
+    ServerError,
+    TooManyRequests,
+    Unreachable,
 )
 from taugrid.executors.kubernetes.cluster_cache import ClusterCache, attempt_key
 from taugrid.executors.kubernetes.ledger import Entry, LaunchLedger
@@ -61,6 +65,8 @@ log = logging.getLogger("taugrid.kubernetes")
 # Kueue admits it: the token must outlive a long queue.
 CODE_TOKEN_TTL_S = 14 * 24 * 3600.0
 SCHEME = "k8s://"
+CREATE_TRIES = 6
+CREATE_BUDGET_S = 30.0
 
 
 class KubernetesExecutor:
@@ -74,8 +80,10 @@ class KubernetesExecutor:
         *,
         ray: bool = True,
         clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.client = client
+        self._sleep = sleep
         self.target = target
         self._policy = policy
         self._code_key = code_key
@@ -226,15 +234,36 @@ class KubernetesExecutor:
         return JobInput(**{**inp.__dict__, "env": env})
 
     def _create(self, obj: JsonObject, key: AttemptKey) -> None:
-        try:
-            self.client.create(obj)
-        except AlreadyExists:
-            # Ours from a launch cut short (a crash, a lost answer): adopt it.
-            live = self.client.get(ObjectRef.of(obj))
-            if attempt_key(live) != key:
-                raise TauError(
-                    f"{ObjectRef.of(obj)} already exists and is not this attempt's"
-                ) from None
+        """Create, retrying what is safe: the client never retries a create (its answer
+        may be lost after it happened), so after a 5xx or no answer the object is read
+        back first; a 429 was not processed and is simply sent again."""
+        ref = ObjectRef.of(obj)
+        started = time.monotonic()
+        for attempt in range(CREATE_TRIES):
+            try:
+                self.client.create(obj)
+                return
+            except AlreadyExists:
+                break  # ours from a launch cut short, or someone else's: see below
+            except (TooManyRequests, ServerError, Unreachable) as exc:
+                last = attempt == CREATE_TRIES - 1
+                if last or time.monotonic() - started > CREATE_BUDGET_S:
+                    raise
+                delay = min(5.0, 0.2 * 2**attempt)
+                if isinstance(exc, TooManyRequests) and exc.retry_after is not None:
+                    delay = max(delay, exc.retry_after)
+                self._sleep(delay)
+                if isinstance(exc, TooManyRequests):
+                    continue
+                try:
+                    live = self.client.get(ref)
+                except NotFound:
+                    continue
+                if attempt_key(live) == key:
+                    return  # it was created; the answer was lost
+        live = self.client.get(ref)  # NotFound here: it went meanwhile, the launch fails
+        if attempt_key(live) != key:
+            raise TauError(f"{ref} already exists and is not this attempt's") from None
 
     # -- observing ------------------------------------------------------------------------
     def _objects(self, key: AttemptKey, entry: Entry) -> AttemptObjects:
