@@ -120,6 +120,7 @@ def test_one_pod_streams_into_the_archive_and_is_served_unprefixed(
     assert archiver.following() == 0  # a waiting container has no log yet
     assert not kube_emulator.requests("logs")
 
+    archiver.pod_seen({"metadata": {"namespace": NS, "labels": "not a map"}})  # no raise
     running = kube_emulator.put(pod("p0"))
     kube_emulator.append_log(NS, "p0", C, "step 1\nstep 2\n", ts=T1)
     archiver.pod_seen(running)  # as the executor's pod informer calls it

@@ -46,8 +46,10 @@ def test_timestamps_compare_as_instants_not_strings():
 
 
 def test_a_line_without_a_stamp_keeps_its_text_and_the_previous_time():
-    line = parse_line(b"garbage without stamp\n", previous_ns=7)
-    assert (line.ts_ns, line.content) == (7, b"garbage without stamp\n")
+    line = parse_line(b"garbage without stamp\n", previous_ns=1_796_119_205_000_000_007)
+    assert line.content == b"garbage without stamp\n"
+    assert line.ts == b"2026-12-01T10:00:05.000000007Z"
+    assert parse_line(line.archived()) == line  # archived and read back, unchanged
     last = parse_line(b"2026-12-01T10:00:05Z done")  # the container's last, unterminated
     assert last.content == b"done\n"
     assert last.archived() == b"2026-12-01T10:00:05Z done\n"

@@ -86,10 +86,6 @@ class PodArchive:
         self.path = log_path(directory, meta.pod)
         self._fd: int | None = None
 
-    @property
-    def complete(self) -> bool:
-        return is_complete(self.directory, self.meta.pod)
-
     def open(self) -> ResumePoint:
         """Open for appending (creating it), cut a torn last line, and say where it ends."""
         self.directory.mkdir(parents=True, exist_ok=True)

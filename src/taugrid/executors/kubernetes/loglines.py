@@ -83,6 +83,12 @@ def split_lines(data: bytes) -> list[bytes]:
     return [*lines, last] if last else lines
 
 
+def format_ts(ns: int) -> bytes:
+    """RFC3339 with nanoseconds, as the kubelet writes them (without trimming zeros)."""
+    when = datetime.datetime.fromtimestamp(ns // 1_000_000_000, datetime.UTC)
+    return f"{when:%Y-%m-%dT%H:%M:%S}.{ns % 1_000_000_000:09d}Z".encode()
+
+
 def parse_line(raw: bytes, previous_ns: int = 0) -> Line:
     """A ``<ts> <content>`` line. One without a valid timestamp keeps its whole text as
     content and the previous line's time (nothing is dropped for a malformed stamp)."""
@@ -90,7 +96,7 @@ def parse_line(raw: bytes, previous_ns: int = 0) -> Line:
     ts, sep, rest = content.partition(b" ")
     ns = timestamp_ns(ts) if sep else None
     if ns is None:
-        return Line(b"-", previous_ns, content)
+        return Line(format_ts(previous_ns), previous_ns, content)
     return Line(ts, ns, rest)
 
 
@@ -106,7 +112,7 @@ class ResumePoint:
 
     @property
     def since_time(self) -> str | None:
-        return self.ts.decode("ascii") if self.ts not in (None, b"-") else None
+        return None if self.ts is None else self.ts.decode("ascii")
 
     def advance(self, line: Line) -> None:
         """``line`` was archived."""
