@@ -11,10 +11,10 @@ from tauproc import Tau, write_spec
 
 from taugrid import __version__
 from taugrid.executors.local.executor import find_ray_cli
-from taugrid.spec.modes import LOCAL, LOCAL_WITH_RAY
+from taugrid.spec.modes import LOCAL, LOCAL_WITHOUT_RAY
 
 # A local server offers launcher: ray where Ray is installed beside it (taugrid[ray]).
-SERVER_CAPS = LOCAL_WITH_RAY if find_ray_cli(sys.executable) else LOCAL
+SERVER_CAPS = LOCAL if find_ray_cli(sys.executable) else LOCAL_WITHOUT_RAY
 
 
 def _run_count(tau: Tau) -> int:

@@ -68,15 +68,15 @@ class Capabilities:
 
 
 # Local mode runs ``nodes: N`` as N process trees on its one machine (executors.local:
-# launch.launch_nodes, nodegroup); a few, not a cluster's worth.
+# launch.launch_nodes, nodegroup); a few, not a cluster's worth. ``launcher: ray`` is a
+# single-node Ray cluster per run (executors.local.raydriver), where Ray is installed
+# beside the server (the extra taugrid[ray]); a local server without it answers
+# LOCAL_WITHOUT_RAY. LOCAL is what the CLI assumes of a local context whose server is not
+# running: it does not refuse what that server may well run.
 LOCAL = Capabilities(
-    "local", max_nodes=8, launchers=frozenset(("command", "torchrun")), images=False
+    "local", max_nodes=8, launchers=frozenset(("command", "torchrun", "ray")), images=False
 )
-# ... and ``launcher: ray`` as a single-node Ray cluster per run (executors.local.raydriver)
-# where Ray is installed beside the server (the extra taugrid[ray]): the local executor
-# answers this one then. LOCAL stays what a local server without Ray (or an older one,
-# which says nothing) runs.
-LOCAL_WITH_RAY = replace(LOCAL, launchers=LOCAL.launchers | {"ray"})
+LOCAL_WITHOUT_RAY = replace(LOCAL, launchers=LOCAL.launchers - {"ray"})
 RAY_INSTALL = "pip install 'taugrid[ray]'"
 CLUSTER = Capabilities(
     "cluster", max_nodes=64, launchers=frozenset(("command", "torchrun", "ray")), images=True

@@ -19,7 +19,7 @@ from taugrid.executors.local.executor import LocalExecutor, find_ray_cli
 from taugrid.executors.local.launch import launch_command, ray_command, ray_cpus
 from taugrid.manifests.workloads import JobInput, render_rayjob
 from taugrid.spec import TauSpec
-from taugrid.spec.modes import LOCAL, LOCAL_WITH_RAY, Capabilities, refusal, refusals
+from taugrid.spec.modes import LOCAL, LOCAL_WITHOUT_RAY, Capabilities, refusal, refusals
 
 RUN = "tune-9c1d"
 INSTALL = (
@@ -223,20 +223,17 @@ def spec(**fields: object) -> TauSpec:
 
 
 def test_local_mode_runs_ray_where_it_is_installed_on_one_node() -> None:
-    assert refusals(spec(), LOCAL_WITH_RAY) == []
-    assert refusals(spec(nodes=2), LOCAL_WITH_RAY) == [SINGLE_NODE]
-    assert refusal(spec(), LOCAL) == INSTALL  # without Ray: how to get it, in one line
-    assert (
-        refusals(TauSpec.model_validate({"name": "a", "command": "x", "nodes": 2}), LOCAL_WITH_RAY)
-        == []
-    )
-    assert Capabilities.from_dict(LOCAL_WITH_RAY.to_dict()) == LOCAL_WITH_RAY
-    assert LOCAL_WITH_RAY.to_dict()["launchers"] == ["command", "ray", "torchrun"]
+    assert refusals(spec(), LOCAL) == []
+    assert refusals(spec(nodes=2), LOCAL) == [SINGLE_NODE]
+    assert refusal(spec(), LOCAL_WITHOUT_RAY) == INSTALL  # without Ray: how to get it, in one line
+    assert refusals(TauSpec.model_validate({"name": "a", "command": "x", "nodes": 2}), LOCAL) == []
+    assert Capabilities.from_dict(LOCAL.to_dict()) == LOCAL
+    assert LOCAL.to_dict()["launchers"] == ["command", "ray", "torchrun"]
 
 
 def test_the_executor_offers_ray_only_with_a_ray_beside_its_python(tmp_path: Path) -> None:
     missing = LocalExecutor(tmp_path / "runs", python=str(tmp_path / "bin" / "python"))
-    assert missing.ray_cli is None and missing.capabilities == LOCAL
+    assert missing.ray_cli is None and missing.capabilities == LOCAL_WITHOUT_RAY
     assert refusal(spec(), missing.capabilities) == INSTALL
     # Another interpreter with a ray CLI beside it (how a venv lays them out).
     (tmp_path / "bin").mkdir()
@@ -247,5 +244,5 @@ def test_the_executor_offers_ray_only_with_a_ray_beside_its_python(tmp_path: Pat
     if importlib.util.find_spec("ray") is None:
         pytest.skip("ray is not installed here (the extra taugrid[ray])")
     ours = LocalExecutor(tmp_path / "runs2", python=sys.executable)
-    assert ours.capabilities == LOCAL_WITH_RAY
+    assert ours.capabilities == LOCAL
     assert ours.ray_cli is not None and os.access(ours.ray_cli, os.X_OK)

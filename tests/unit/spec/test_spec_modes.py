@@ -10,6 +10,7 @@ from taugrid.spec import TauSpec
 from taugrid.spec.modes import (
     CLUSTER,
     LOCAL,
+    LOCAL_WITHOUT_RAY,
     Capabilities,
     inactive_fields,
     refusal,
@@ -20,7 +21,7 @@ NODES_LOCAL = (
     "nodes: 9: local mode runs at most 8 nodes, all on this one machine; more need the "
     "Kubernetes mode (use nodes: 8 or fewer)"
 )
-# Without Ray beside the server (LOCAL_WITH_RAY runs it: tests/unit/executors/test_raydriver.py).
+# Without Ray beside the server (LOCAL runs it: tests/unit/executors/test_raydriver.py).
 RAY_LOCAL = (
     "launcher: ray needs Ray installed beside the server: pip install 'taugrid[ray]' in the "
     "server's environment, then restart the server (or use command or torchrun)"
@@ -36,8 +37,9 @@ def spec(**fields: Any) -> TauSpec:
 
 def test_local_refuses_nodes_and_ray_and_ignores_image() -> None:
     s = spec(nodes=9, launcher="ray", image="x/y:1")
-    assert refusals(s, LOCAL) == [NODES_LOCAL, RAY_LOCAL]
-    assert refusal(s, LOCAL) == f"{NODES_LOCAL}; {RAY_LOCAL}"  # the server's UsageError
+    assert refusals(s, LOCAL_WITHOUT_RAY) == [NODES_LOCAL, RAY_LOCAL]
+    # the server's UsageError
+    assert refusal(s, LOCAL_WITHOUT_RAY) == f"{NODES_LOCAL}; {RAY_LOCAL}"
     assert inactive_fields(s, LOCAL) == [IMAGE_LOCAL]
     assert refusals(s, "local") == refusals(s, LOCAL)  # a mode's name still works
     assert inactive_fields(s, "local") == [IMAGE_LOCAL]
@@ -97,7 +99,7 @@ def test_wire_round_trip_and_tolerance() -> None:
     assert LOCAL.to_dict() == {
         "mode": "local",
         "max_nodes": 8,
-        "launchers": ["command", "torchrun"],
+        "launchers": ["command", "ray", "torchrun"],
         "images": False,
     }
     # An older server answers nothing: local mode. Unknown keys are ignored; what is

@@ -30,7 +30,7 @@ from taugrid.executors.local.launch import NodeLaunch, free_port, launch_nodes, 
 from taugrid.executors.local.layout import RunLayout
 from taugrid.executors.local.supervisor import CANCEL_FILE
 from taugrid.ports.executor import AttemptKey, Capabilities, LaunchRequest, Observation
-from taugrid.spec.modes import LOCAL, LOCAL_WITH_RAY, RAY_INSTALL
+from taugrid.spec.modes import LOCAL, LOCAL_WITHOUT_RAY, RAY_INSTALL
 from taugrid.workdir.snapshot import unpack_snapshot
 
 # A supervisor that has not written its pid this long after launch never started.
@@ -67,7 +67,7 @@ class LocalExecutor(RunLayout):
     @property
     def capabilities(self) -> Capabilities:
         """Local mode's; with ``launcher: ray`` where Ray is installed beside the server."""
-        return LOCAL_WITH_RAY if self.ray_cli is not None else LOCAL
+        return LOCAL if self.ray_cli is not None else LOCAL_WITHOUT_RAY
 
     def location(self, key: AttemptKey) -> str:
         return str(self.attempt_dir(key.run_id, key.attempt))
