@@ -78,7 +78,11 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
         identity = IdentityStore(db)
         code_key = load_code_key(home)  # signs the pods' code tokens
         local = _local_adapters(settings, public_url)
-        kube = cluster_adapters(settings, local, code_key) if settings.cluster else None
+        kube = (
+            cluster_adapters(settings, local, code_key, store.workspace_of)
+            if settings.cluster
+            else None
+        )
         machine = Machine(
             () if kube else tuple(local.devices.devices()),
             machine_cpus_millis(),

@@ -98,6 +98,7 @@ def cluster_adapters(
     settings: ServerSettings,
     local: LocalParts,
     code_key: bytes,
+    workspace_of: Callable[[str], str | None],
     *,
     client_factory: Callable[[ServerSettings], KubeClient] = make_client,
 ) -> ClusterAdapters:
@@ -108,14 +109,24 @@ def cluster_adapters(
         server_url=settings.pod_server_url or DEFAULT_SERVER_URL,
     )
     policy = _PolicyCache()
+
+    def namespace_of(workspace: str) -> str:
+        return f"{target.namespace_prefix}{workspace}"
+
     executor = KubernetesExecutor(client, target, policy, code_key, settings.home / "kubernetes")
     return ClusterAdapters(
         client=client,
         target=target,
         executor=executor,
         admission=executor.admission,
-        artifacts=PodArtifacts(local.artifacts),
-        secrets=KubeSecretStore(client, lambda w: f"{target.namespace_prefix}{w}"),
+        artifacts=PodArtifacts(
+            local.artifacts,
+            client=client,
+            policy=policy,
+            workspace_of=workspace_of,
+            namespace_of=namespace_of,
+        ),
+        secrets=KubeSecretStore(client, namespace_of),
         logs=local.logs,
         policy_target=KubePolicyTarget(client, target),
         policy=policy,

@@ -163,6 +163,12 @@ class RunStore:
             r = conn.execute(_GET_RUN, {"rid": run_id}).mappings().first()
         return dict(r) if r else None
 
+    def workspace_of(self, run_id: str) -> str | None:
+        """The run's workspace; None when no such run exists."""
+        with self.engine.connect() as conn:
+            found = conn.execute(select(runs.c.workspace).where(runs.c.id == run_id)).first()
+        return str(found[0]) if found else None
+
     def resolve(self, ref: str, visible: frozenset[str] | None = None) -> Row:
         """Find a run by full id, name (the most recent run of it), or unique id prefix,
         among the runs of the ``visible`` workspaces (None: all). A run outside them is

@@ -23,7 +23,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from taugrid.domain import code_tokens
@@ -66,6 +66,7 @@ log = logging.getLogger("taugrid.kubernetes")
 CODE_TOKEN_TTL_S = 14 * 24 * 3600.0
 SCHEME = "k8s://"
 CREATE_TRIES = 6
+RESUME_ENV = "TAU_RESUME_FROM"
 CREATE_BUDGET_S = 30.0
 
 
@@ -225,12 +226,18 @@ class KubernetesExecutor:
         except ValueError as exc:
             raise UsageError(f"the run's recorded spec no longer validates: {exc}") from None
         placement = place(spec, self._policy(), self.target)
-        ident = AttemptIdentity(req.run_id, req.attempt, req.snapshot_digest)
+        # The checkpoint the server chose (object storage: it reads the bucket), by its
+        # step directory's name: the pod has it at its own path once fetch-resume ran.
+        chosen = req.env.get(RESUME_ENV)
+        step = PurePosixPath(chosen).name if chosen else None
+        ident = AttemptIdentity(req.run_id, req.attempt, req.snapshot_digest, step)
         secrets = {env: _secret_ref(ref) for env, ref in req.secret_refs.items()}
         inp = attempt_input(spec, ident, placement, self.target, secrets)
-        # The environment the engine built (TAU_* at the pod's paths, the resume point the
-        # server chose, the spec's env expanded): the device plugin sets the GPUs.
+        # The environment the engine built (TAU_* at the pod's paths, the spec's env
+        # expanded), the resume point at the pod's path: the device plugin sets the GPUs.
         env = {k: v for k, v in req.env.items() if k != "CUDA_VISIBLE_DEVICES"}
+        if step:
+            env[RESUME_ENV] = inp.env[RESUME_ENV]
         return JobInput(**{**inp.__dict__, "env": env})
 
     def _create(self, obj: JsonObject, key: AttemptKey) -> None:
