@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -246,3 +247,29 @@ def test_the_executor_offers_ray_only_with_a_ray_beside_its_python(tmp_path: Pat
     ours = LocalExecutor(tmp_path / "runs2", python=sys.executable)
     assert ours.capabilities == LOCAL
     assert ours.ray_cli is not None and os.access(ours.ray_cli, os.X_OK)
+
+
+def test_a_temp_dir_left_by_a_killed_driver_goes_when_its_attempt_is_seen_ended(
+    tmp_path: Path,
+) -> None:
+    run_id = f"left-{os.getpid()}-{os.urandom(3).hex()}"
+    temp = Path(raydriver.temp_dir(run_id))
+    temp.mkdir()
+    try:
+        (temp / "session_x").mkdir()
+        os.utime(temp, (1_000, 1_000))
+        # Made after the attempt ended: the next attempt's, kept.
+        assert raydriver.remove_stale_temp(run_id, 999.0) is False and temp.is_dir()
+        assert raydriver.remove_stale_temp(run_id, None) is False and temp.is_dir()
+        assert raydriver.remove_stale_temp(run_id, 1_001.0) is True
+        assert not temp.exists()
+        # A link in its place leads nowhere.
+        target = tmp_path / "elsewhere"
+        target.mkdir()
+        temp.symlink_to(target)
+        assert raydriver.remove_stale_temp(run_id, 2e9) is False and target.is_dir()
+    finally:
+        if temp.is_symlink():
+            temp.unlink()
+        elif temp.exists():
+            shutil.rmtree(temp)

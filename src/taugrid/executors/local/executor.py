@@ -23,7 +23,7 @@ from typing import Any
 from taugrid.domain.outcomes import AttemptExit
 from taugrid.domain.stops import StopReason, parse_stop_reason
 from taugrid.errors import UsageError
-from taugrid.executors.local import isolation, orphans, process
+from taugrid.executors.local import isolation, orphans, process, raydriver
 from taugrid.executors.local.diskguard import RESERVE_FILE
 from taugrid.executors.local.files import read_json
 from taugrid.executors.local.launch import NodeLaunch, free_port, launch_nodes, ray_command
@@ -199,6 +199,8 @@ class LocalExecutor(RunLayout):
         adir = self.attempt_dir(run_id, attempt)
         status = process.read_status(adir)
         if status and status.get("phase") == "exited":
+            # launcher: ray: what a driver killed before it could tidy left (a stat).
+            raydriver.remove_stale_temp(run_id, status.get("finished_at"))
             return _exited(status)
         spid = process.read_supervisor_pid(adir)
         # Its pid may belong to another process by now (pids are reused): look closer.

@@ -209,6 +209,27 @@ def temp_dir(run_id: str, root: str = TMP_ROOT) -> str:
     return os.path.join(root, TEMP_PREFIX + short)
 
 
+def remove_stale_temp(run_id: str, ended_at: object) -> bool:
+    """Remove the run's Ray temp dir if an attempt that ended at ``ended_at`` left it (its
+    driver was killed before it could: a stop grace under a second); never one made
+    after that (the next attempt's), nor another user's, nor through a link. The
+    executor calls it when it sees an attempt's end. True when it removed one."""
+    import shutil
+    import stat
+
+    path = temp_dir(run_id)
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        return False
+    if not isinstance(ended_at, (int, float)) or st.st_mtime > ended_at:
+        return False
+    shutil.rmtree(path, ignore_errors=True)
+    return True
+
+
 def submission_id(run_id: str, attempt: int) -> str:
     return f"tau-{run_id}-{attempt}"
 
