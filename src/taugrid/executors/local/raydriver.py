@@ -494,12 +494,20 @@ class Driver:
         """The run's temp dir, new and private (one left by a killed attempt is removed)."""
         import shutil
 
-        if os.path.lexists(self.temp):
-            if os.path.islink(self.temp) or not os.path.isdir(self.temp):
-                os.unlink(self.temp)
-            else:
-                shutil.rmtree(self.temp, ignore_errors=True)
-        os.mkdir(self.temp, 0o700)
+        try:
+            if os.path.lexists(self.temp):
+                if os.path.islink(self.temp) or not os.path.isdir(self.temp):
+                    os.unlink(self.temp)
+                else:
+                    shutil.rmtree(self.temp, ignore_errors=True)
+            os.mkdir(self.temp, 0o700)
+        except OSError:  # another user's, in a shared /tmp: a name of our own instead
+            import tempfile
+
+            self.temp = tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=TMP_ROOT)
+            self._log_path = os.path.join(
+                self.temp, "session_latest", "logs", f"job-driver-{self.sid}.log"
+            )
 
     def _wait_ray_start(self, started: float) -> int | None:
         """None once ``ray start`` succeeded; else the exit code to end with."""
@@ -556,7 +564,7 @@ class Driver:
             if now >= next_status:
                 next_status = now + STATUS_EVERY_S
                 try:
-                    info = api.call("GET", f"/api/jobs/{self.sid}", timeout=5.0)
+                    info = api.call("GET", f"/api/jobs/{self.sid}", timeout=2.0)
                     unanswered_since = None
                 except Exception as exc:
                     unanswered_since = unanswered_since or now
