@@ -221,6 +221,7 @@ def stream_attempts(
     tail: int | None,
     follow: bool,
     on_poll: Callable[[dict[str, Any]], None] | None = None,
+    rank: int | None = None,
 ) -> None:
     """Write the logs of attempts ``first``, ``first + 1``, ... to stdout, each under a
     header from the second on (from the first when ``headers``). With ``follow`` each
@@ -236,7 +237,7 @@ def stream_attempts(
         if k < len(atts):
             if headers:
                 _header(atts[k])
-            _stream(client, rid, k, tail if k == first else None, follow)
+            _stream(client, rid, k, tail if k == first else None, follow, rank)
             k += 1
             headers = True  # from the second attempt on, say where each one starts
         elif not follow or detail["state"] in TERMINAL:
@@ -246,9 +247,16 @@ def stream_attempts(
         detail = client.get_run(rid)
 
 
-def _stream(client: Client, run: str, attempt: int | None, tail: int | None, follow: bool) -> None:
+def _stream(
+    client: Client,
+    run: str,
+    attempt: int | None,
+    tail: int | None,
+    follow: bool,
+    rank: int | None = None,
+) -> None:
     out = sys.stdout.buffer
-    params = {"follow": follow, "tail": tail, "attempt": attempt}
+    params = {"follow": follow, "tail": tail, "attempt": attempt, "rank": rank}
     for chunk in client.stream(f"/runs/{run}/logs", params):
         out.write(chunk)
         out.flush()

@@ -25,6 +25,7 @@ from taugrid.executors.local.gpus import (
     machine_memory_bytes,
     probe_gpus,
 )
+from taugrid.executors.local.logmask import line_masker
 from taugrid.executors.local.logs import LocalLogSource
 from taugrid.executors.local.secrets import LocalSecretStore
 from taugrid.home import server_info_path, token_path
@@ -79,7 +80,7 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
         code_key = load_code_key(home)  # signs the pods' code tokens
         local = _local_adapters(settings, public_url)
         kube = (
-            cluster_adapters(settings, local, code_key, store.workspace_of)
+            cluster_adapters(settings, local, code_key, store.workspace_of, make_masker=line_masker)
             if settings.cluster
             else None
         )

@@ -10,7 +10,7 @@ archived logs. Everything a run does happens in the cluster; Kueue decides admis
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -19,6 +19,7 @@ from taugrid.executors.kubernetes.artifacts import PodArtifacts
 from taugrid.executors.kubernetes.client import KubeClient
 from taugrid.executors.kubernetes.executor import KubernetesExecutor
 from taugrid.executors.kubernetes.lightkube_client import LightkubeClient
+from taugrid.executors.kubernetes.logs import KubeLogSource, PodLogArchiver
 from taugrid.executors.kubernetes.policy_sync import KubePolicyTarget
 from taugrid.executors.kubernetes.secrets import KubeSecretStore
 from taugrid.manifests.plan import DEFAULT_HELPER_IMAGE, DEFAULT_SERVER_URL, ClusterTarget
@@ -100,6 +101,7 @@ def cluster_adapters(
     code_key: bytes,
     workspace_of: Callable[[str], str | None],
     *,
+    make_masker: Callable[[Sequence[str]], Callable[[bytes], bytes]] | None = None,
     client_factory: Callable[[ServerSettings], KubeClient] = make_client,
 ) -> ClusterAdapters:
     client = client_factory(settings)
@@ -113,7 +115,10 @@ def cluster_adapters(
     def namespace_of(workspace: str) -> str:
         return f"{target.namespace_prefix}{workspace}"
 
-    executor = KubernetesExecutor(client, target, policy, code_key, settings.home / "kubernetes")
+    archiver = PodLogArchiver(client, settings.runs_dir, make_masker=make_masker)
+    executor = KubernetesExecutor(
+        client, target, policy, code_key, settings.home / "kubernetes", logs=archiver
+    )
     return ClusterAdapters(
         client=client,
         target=target,
@@ -127,7 +132,7 @@ def cluster_adapters(
             namespace_of=namespace_of,
         ),
         secrets=KubeSecretStore(client, namespace_of),
-        logs=local.logs,
+        logs=KubeLogSource(settings.runs_dir),
         policy_target=KubePolicyTarget(client, target),
         policy=policy,
     )

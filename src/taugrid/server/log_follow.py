@@ -26,6 +26,7 @@ S = RunState
 LOG_CHUNK = 64 * 1024
 GROW_POLL_S = 0.1  # how soon a line the workload wrote reaches a follower
 RECHECK_S = 1.0  # how often the end of the attempt is looked for without a change
+ARCHIVE_GRACE_S = 15.0  # how long an ended attempt's log archive may take to complete
 _LIVE = (S.ADMITTED, S.RUNNING, S.QUEUED, S.PENDING)
 
 
@@ -35,6 +36,7 @@ class LogRequest:
     attempt: int | None  # None: the run has no attempt yet (following waits for its first)
     tail: int | None
     follow: bool
+    rank: int | None = None  # one rank (a cluster attempt's pod) only
 
 
 class LogFollower:
@@ -50,15 +52,22 @@ class LogFollower:
         self.changes = changes
         self.resolve = resolve  # a ref to the run, as the caller may see it
 
-    def request(self, ref: str, attempt: int | None, tail: int | None, follow: bool) -> LogRequest:
+    def request(
+        self,
+        ref: str,
+        attempt: int | None,
+        tail: int | None,
+        follow: bool,
+        rank: int | None = None,
+    ) -> LogRequest:
         """Check the request before the response starts (404s are answered as such)."""
         run = self.resolve(ref)
         if run["attempt_count"] == 0:
-            return LogRequest(run["id"], None, tail, follow)
+            return LogRequest(run["id"], None, tail, follow, rank)
         k = run["attempt_count"] - 1 if attempt is None else attempt
         if not 0 <= k < run["attempt_count"]:
             raise NotFound(f"run {run['id']} has no attempt {k}")
-        return LogRequest(run["id"], k, tail, follow)
+        return LogRequest(run["id"], k, tail, follow, rank)
 
     async def stream(self, req: LogRequest) -> AsyncIterator[bytes]:
         k = req.attempt
@@ -69,10 +78,10 @@ class LogFollower:
             if k is None:
                 return  # it finished without ever starting
         key = AttemptKey(req.run_id, k)
-        f = await to_thread.run_sync(lambda: self.logs.open(key, tail=req.tail))
+        f = await to_thread.run_sync(lambda: self.logs.open(key, tail=req.tail, rank=req.rank))
         while f is None and req.follow and not await self._over(key):
             await self.changes.wait(req.run_id, GROW_POLL_S)
-            f = await to_thread.run_sync(lambda: self.logs.open(key, tail=req.tail))
+            f = await to_thread.run_sync(lambda: self.logs.open(key, tail=req.tail, rank=req.rank))
         if f is None:
             return
         try:
@@ -88,10 +97,16 @@ class LogFollower:
                     return
                 if woke or time.monotonic() >= look_at:
                     if await self._over(key):
-                        rest = await to_thread.run_sync(f.read)  # written before the end
-                        if rest:
-                            yield rest
-                        return
+                        # Written before the end; a cluster attempt's archive may still be
+                        # catching up with its pods (the last read after a pod's end).
+                        until = time.monotonic() + ARCHIVE_GRACE_S
+                        while True:
+                            rest = await to_thread.run_sync(f.read)
+                            if rest:
+                                yield rest
+                            if getattr(f, "complete", True) or time.monotonic() > until:
+                                return
+                            await self.changes.wait(req.run_id, GROW_POLL_S)
                     look_at = time.monotonic() + RECHECK_S
                 woke = await self.changes.wait(req.run_id, GROW_POLL_S)
         finally:

@@ -268,9 +268,10 @@ async def get_logs(
     attempt: Annotated[int | None, Query(ge=0)] = None,
     tail: Annotated[int | None, Query(ge=0)] = None,
     follow: bool = False,
+    rank: Annotated[int | None, Query(ge=0, description="one rank's pod only")] = None,
 ) -> StreamingResponse:
     follower = _svc(request).log_follower()
-    req = await run_in_threadpool(follower.request, ref, attempt, tail, follow)
+    req = await run_in_threadpool(follower.request, ref, attempt, tail, follow, rank)
     return StreamingResponse(follower.stream(req), media_type="text/plain; charset=utf-8")
 
 

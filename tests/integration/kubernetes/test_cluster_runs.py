@@ -4,12 +4,13 @@ commands show at each step, and what the cluster holds."""
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tauproc import Tau
+from tauproc import TAU, Tau
 
 from kube_emulator import KubeEmulator
 from kueue_player import KueuePlayer, wait_for
@@ -327,3 +328,66 @@ def test_a_lost_node_is_not_a_failure_the_job_makes_a_new_pod(
     cluster.pod_exited(again, 0)
     cluster.finish_job(job)
     tau.wait_state(run_id, {"SUCCEEDED"})
+
+
+MULTI = """\
+name: {name}
+image: python:3.12-slim
+nodes: 2
+launcher: torchrun
+command: python train.py
+resources: {{cpus: 1, memory: 1Gi}}
+"""
+
+
+def test_logs_of_every_rank_are_streamed_and_outlive_the_pods(
+    tau: Tau, cluster: KueuePlayer
+) -> None:
+    run_id = submit(tau, "ranks", MULTI)
+    job = cluster.wait_job(run_id)
+    assert job["spec"]["completionMode"] == "Indexed" and job["spec"]["parallelism"] == 2
+    service = cluster.emu.get("v1", "Service", "default", f"{run_id}-a0")
+    assert service is not None and service["spec"]["clusterIP"] == "None"
+    cluster.make_workload(job)
+    cluster.admit(job)
+    pods = cluster.make_pods(cluster.wait_job(run_id))
+    assert len(pods) == 2
+    for pod in pods:
+        cluster.pod_running(pod)
+    tau.wait_state(run_id, {"RUNNING"})
+    for i, pod in enumerate(pods):
+        cluster.emu.append_log("default", pod["metadata"]["name"], "workload", f"hello from {i}\n")
+    wait_for(
+        "both ranks' lines",
+        lambda: (
+            {"[rank 0] hello from 0", "[rank 1] hello from 1"}
+            <= set(tau("logs", run_id).stdout.splitlines())
+        ),
+    )
+    assert tau("logs", run_id, "--rank", "1").stdout == "hello from 1\n"
+    follower = subprocess.Popen(
+        [*TAU, "logs", "-f", run_id], env=tau.env(), cwd=tau.cwd, stdout=subprocess.PIPE, text=True
+    )
+    for i, pod in enumerate(pods):
+        cluster.emu.append_log("default", pod["metadata"]["name"], "workload", f"bye from {i}\n")
+        cluster.emu.end_log("default", pod["metadata"]["name"], "workload")
+        cluster.pod_exited(pod, 0)
+    cluster.finish_job(cluster.wait_job(run_id))
+    tau.wait_state(run_id, {"SUCCEEDED"})
+    out, _ = follower.communicate(timeout=60)
+    assert follower.returncode == 0
+    lines = out.splitlines()
+    assert sorted(lines) == sorted(
+        [
+            "[rank 0] hello from 0",
+            "[rank 1] hello from 1",
+            "[rank 0] bye from 0",
+            "[rank 1] bye from 1",
+        ]
+    ), out
+    # The pods and their kubelet logs go; the archive stays.
+    wait_for("the Job deleted", lambda: cluster.job(f"{run_id}-a0") is None)
+    cluster.collect_garbage()
+    for pod in pods:
+        cluster.emu.drop_log("default", pod["metadata"]["name"], "workload")
+    assert len(tau("logs", run_id).stdout.splitlines()) == 4

@@ -26,6 +26,11 @@ from taugrid.cli.watchtext import waiting_line
 @click.option("--tail", type=click.IntRange(min=0), help="Start with the last N lines.")
 @click.option("--attempt", type=click.IntRange(min=0), help="Only this attempt (0-based).")
 @click.option("--all", "all_attempts", is_flag=True, help="Every attempt, oldest first.")
+@click.option(
+    "--rank",
+    type=click.IntRange(min=0),
+    help="Only this rank's pod (a cluster run with several pods); unprefixed.",
+)
 def command(
     run: str,
     workspace: str | None,
@@ -33,11 +38,12 @@ def command(
     tail: int | None,
     attempt: int | None,
     all_attempts: bool,
+    rank: int | None,
 ) -> None:
     client = connect()
     run = in_workspace(client, run, workspace)
     if attempt is not None or not (all_attempts or follow):
-        _stream(client, run, attempt, tail, follow)
+        _stream(client, run, attempt, tail, follow, rank)
         return
     watch = Watch(client, run)
     detail = watch.get()
@@ -55,12 +61,20 @@ def command(
         tail=tail if not all_attempts else None,
         follow=follow,
         on_poll=note_waiting if follow else None,
+        rank=rank,
     )
 
 
-def _stream(client: Client, run: str, attempt: int | None, tail: int | None, follow: bool) -> None:
+def _stream(
+    client: Client,
+    run: str,
+    attempt: int | None,
+    tail: int | None,
+    follow: bool,
+    rank: int | None = None,
+) -> None:
     out = sys.stdout.buffer
-    params = {"follow": follow, "tail": tail, "attempt": attempt}
+    params = {"follow": follow, "tail": tail, "attempt": attempt, "rank": rank}
     for chunk in client.stream(f"/runs/{run}/logs", params):
         out.write(chunk)
         out.flush()

@@ -63,11 +63,13 @@ class ClusterCache:
         *,
         on_attempt: Callable[[AttemptKey], None],
         on_workload: Callable[[AttemptKey, JsonObject | None, JsonObject | None], None],
+        on_pod: Callable[[JsonObject, bool], None] | None = None,
         ray: bool = True,
         resync_s: float = 300.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._on_attempt = on_attempt
+        self._on_pod = on_pod  # (pod, deleted): the log archiver follows pods it sees
         self._on_workload = on_workload
         self._clock = clock
         self._lock = threading.Lock()
@@ -161,6 +163,8 @@ class ClusterCache:
                     self._waiting.pop(name, None)
                 elif held is None or held[0] != reason:
                     self._waiting[name] = (reason, self._clock())
+        if self._on_pod is not None:
+            self._on_pod(event.object, event.type == "DELETED")
         self._on_attempt(key)
 
     def _kueue_workload(self, event: WatchEvent) -> None:

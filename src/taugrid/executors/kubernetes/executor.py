@@ -18,6 +18,7 @@ Service, or a KubeRay RayJob, admitted by Kueue (``ports.executor`` is the contr
 
 from __future__ import annotations
 
+import base64
 import logging
 import queue
 import threading
@@ -45,6 +46,7 @@ from taugrid.executors.kubernetes.client import (
 )
 from taugrid.executors.kubernetes.cluster_cache import ClusterCache, attempt_key
 from taugrid.executors.kubernetes.ledger import Entry, LaunchLedger
+from taugrid.executors.kubernetes.logs import PodLogArchiver
 from taugrid.executors.kubernetes.observe import AttemptObjects, observe
 from taugrid.manifests.plan import (
     AttemptIdentity,
@@ -80,10 +82,12 @@ class KubernetesExecutor:
         state_dir: Path,
         *,
         ray: bool = True,
+        logs: PodLogArchiver | None = None,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.client = client
+        self.logs = logs  # archives the pods' logs (KubeLogSource serves them)
         self._sleep = sleep
         self.target = target
         self._policy = policy
@@ -97,6 +101,7 @@ class KubernetesExecutor:
             client,
             on_attempt=self._changed,
             on_workload=self.admission.workload_changed,
+            on_pod=(lambda pod, deleted: logs.pod_seen(pod, deleted=deleted)) if logs else None,
             ray=ray,
             clock=clock,
         )
@@ -112,6 +117,13 @@ class KubernetesExecutor:
         self.cache.start()
         if not self.cache.wait_synced(sync_timeout_s):
             log.warning("the cluster's objects were not all listed within %.0f s", sync_timeout_s)
+        if self.logs is not None:  # a restarted server resumes every archive it was writing
+            for key in self.ledger.attempts():
+                entry = self.ledger.get(key)
+                if entry is not None:
+                    workload = self.cache.workload(key)
+                    refs = _secret_refs_of(workload) if workload else []
+                    self._follow_logs(key, entry.namespace, refs)
         self._deleter = threading.Thread(
             target=self._delete_loop, name="tau-k8s-delete", daemon=True
         )
@@ -119,6 +131,8 @@ class KubernetesExecutor:
 
     def close(self) -> None:
         self._deletions.put(None)
+        if self.logs is not None:
+            self.logs.stop()
         self.cache.stop()
         self.client.close()
 
@@ -165,6 +179,7 @@ class KubernetesExecutor:
         workload = objects[-1]
         self.ledger.record(key, workload["kind"], inp.namespace, workload["metadata"]["name"])
         self.admission.attempt_recorded(key, self.cache.kueue_workload(key))
+        self._follow_logs(key, inp.namespace, [(r.secret, r.key) for r in inp.secrets.values()])
 
     def observe_many(self, keys: list[AttemptKey]) -> dict[AttemptKey, Observation]:
         out: dict[AttemptKey, Observation] = {}
@@ -272,6 +287,22 @@ class KubernetesExecutor:
         if attempt_key(live) != key:
             raise TauError(f"{ref} already exists and is not this attempt's") from None
 
+    def _follow_logs(self, key: AttemptKey, namespace: str, refs: list[tuple[str, str]]) -> None:
+        """Archive the attempt's pods' logs, masking its secrets' values (read here, kept
+        only by the masker, never logged)."""
+        if self.logs is None:
+            return
+        values = []
+        for secret, item in refs:
+            try:
+                obj = self.client.get(ObjectRef("v1", "Secret", namespace, secret))
+            except KubeError:
+                continue  # missing: the pod cannot start and prints nothing of it
+            raw = (obj.get("data") or {}).get(item)
+            if raw:
+                values.append(base64.b64decode(raw).decode(errors="replace"))
+        self.logs.follow(key, namespace, secrets=values)
+
     # -- observing ------------------------------------------------------------------------
     def _objects(self, key: AttemptKey, entry: Entry) -> AttemptObjects:
         return AttemptObjects(
@@ -301,6 +332,8 @@ class KubernetesExecutor:
                 self._delete(key)
                 if forget:  # the engine is done with it (retain), not a stop still to end
                     self.ledger.forget(key)
+                    if self.logs is not None:
+                        self.logs.release(key)
             except Exception:
                 log.exception("deleting the objects of %s failed; retried later", key)
             finally:
@@ -333,6 +366,25 @@ class KubernetesExecutor:
         if source is None:
             return None
         return (source.get("metadata") or {}).get("namespace")
+
+
+def _secret_refs_of(workload: JsonObject) -> list[tuple[str, str]]:
+    """The (Secret, key) pairs a rendered Job's or RayJob's containers read."""
+    found: list[tuple[str, str]] = []
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            ref = node.get("secretKeyRef")
+            if isinstance(ref, dict) and ref.get("name") and ref.get("key"):
+                found.append((str(ref["name"]), str(ref["key"])))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(workload.get("spec") or {})
+    return sorted(set(found))
 
 
 def _secret_ref(ref: str) -> SecretRef:

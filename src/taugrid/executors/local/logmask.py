@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 MASK = b"***"
@@ -171,3 +171,14 @@ class OutputPump:
                 self.lost_bytes += len(view)
                 return
             view = view[n:]
+
+
+def line_masker(values: Iterable[str]) -> Callable[[bytes], bytes]:
+    """A function masking these values in one whole line (a cluster pod's archived log)."""
+    variants = secret_variants(values)
+
+    def mask(line: bytes) -> bytes:
+        masker = SecretMasker(variants)
+        return masker.feed(line) + masker.flush()
+
+    return mask

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import IO, BinaryIO
 
+from taugrid.errors import UsageError
 from taugrid.executors.local.layout import RunLayout
 from taugrid.ports.executor import AttemptKey
 
@@ -13,7 +14,13 @@ class LocalLogSource:
     def __init__(self, layout: RunLayout) -> None:
         self.layout = layout
 
-    def open(self, key: AttemptKey, *, tail: int | None = None) -> BinaryIO | None:
+    def open(
+        self, key: AttemptKey, *, tail: int | None = None, rank: int | None = None
+    ) -> BinaryIO | None:
+        if rank is not None:
+            raise UsageError(
+                "--rank is for cluster runs' pods; a local run's nodes are prefixed [node i]"
+            )
         try:
             f = self.layout.log_path(key.run_id, key.attempt).open("rb")
         except FileNotFoundError:
