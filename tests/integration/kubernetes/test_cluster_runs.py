@@ -391,3 +391,86 @@ def test_logs_of_every_rank_are_streamed_and_outlive_the_pods(
     for pod in pods:
         cluster.emu.drop_log("default", pod["metadata"]["name"], "workload")
     assert len(tau("logs", run_id).stdout.splitlines()) == 4
+
+
+RAY = """\
+name: {name}
+image: rayproject/ray:2.60.0
+launcher: ray
+command: python train.py
+resources: {{cpus: 1, memory: 2Gi}}
+"""
+
+
+def test_a_ray_run_is_a_rayjob_whose_status_is_the_runs(tau: Tau, cluster: KueuePlayer) -> None:
+    run_id = submit(tau, "ray", RAY)
+    name = f"{run_id}-a0"
+    job = wait_for("the RayJob", lambda: cluster.emu.get("ray.io/v1", "RayJob", "default", name))
+    assert job["spec"]["shutdownAfterJobFinishes"] is True
+    assert job["spec"]["entrypoint"].endswith("python train.py")
+    # Kueue admits it and unsuspends; KubeRay brings the cluster up and runs the job.
+    cluster.emu.put(
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "Workload",
+            "metadata": {
+                "name": f"rayjob-{name}-1a2b3",
+                "namespace": "default",
+                "ownerReferences": [{"kind": "RayJob", "name": name, "uid": "u1"}],
+            },
+            "status": {
+                "conditions": [
+                    {"type": "QuotaReserved", "status": "True"},
+                    {"type": "Admitted", "status": "True"},
+                ],
+                "admission": {"clusterQueue": "cq", "podSetAssignments": []},
+            },
+        }
+    )
+    tau.wait_state(run_id, {"ADMITTED"})
+    cluster.emu.patch("ray.io/v1", "RayJob", "default", name, {"spec": {"suspend": False}})
+    cluster.emu.patch_status(
+        "ray.io/v1",
+        "RayJob",
+        "default",
+        name,
+        {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING", "rayClusterName": "rc-1"},
+    )
+    tau.wait_state(run_id, {"RUNNING"})
+    cluster.emu.patch_status(
+        "ray.io/v1",
+        "RayJob",
+        "default",
+        name,
+        {
+            "jobDeploymentStatus": "Failed",
+            "jobStatus": "FAILED",
+            "reason": "AppFailed",
+            "message": "Job entrypoint command failed with exit code 3",
+        },
+    )
+    run = tau.wait_state(run_id, {"FAILED"})
+    assert "exit code 3" in run["message"], run["message"]
+
+
+def test_secrets_reach_pods_by_reference_and_never_their_logs(
+    tau: Tau, cluster: KueuePlayer
+) -> None:
+    tau("secret", "set", "hf-token", input_text="hf_s3cr3t_v4lue\n", check=True)
+    secret = wait_for(
+        "the Secret", lambda: cluster.emu.get("v1", "Secret", "default", "taugrid-s-hf-token")
+    )
+    assert "hf_s3cr3t_v4lue" not in str(tau.json("secret", "list"))
+    spec = SPEC + "secrets:\n  HF_TOKEN: hf-token\n"
+    run_id = submit(tau, "secretive", spec)
+    job = cluster.wait_job(run_id)
+    env = job["spec"]["template"]["spec"]["containers"][0]["env"]
+    ref = next(e for e in env if e["name"] == "HF_TOKEN")["valueFrom"]["secretKeyRef"]
+    assert ref == {"name": secret["metadata"]["name"], "key": "value"}
+    assert "hf_s3cr3t_v4lue" not in str(job)
+    job, pod = admitted_and_running(tau, cluster, run_id)
+    cluster.emu.append_log(
+        "default", pod["metadata"]["name"], "workload", "token is hf_s3cr3t_v4lue\n"
+    )
+    wait_for("the masked line", lambda: "token is ***" in tau("logs", run_id).stdout)
+    assert "hf_s3cr3t_v4lue" not in tau("logs", run_id).stdout
