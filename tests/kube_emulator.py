@@ -50,6 +50,10 @@ from taugrid.executors.kubernetes.client import KINDS
 T = TypeVar("T")
 APPLY = "application/apply-patch+yaml"
 LOG_PATH = re.compile(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)/log")
+PENDING_PATH = re.compile(
+    r"/apis/visibility\.kueue\.x-k8s\.io/v1beta2/namespaces/([^/]+)/localqueues/([^/]+)"
+    r"/pendingworkloads"
+)
 
 
 _kmock_parse_path = parsing.parse_path
@@ -177,6 +181,9 @@ class _Emulator(kmock.KubernetesEmulator):
                 kind=kind, namespaced=info.namespaced, verbs={"get", "list", "watch"}
             )
         self["get", LOG_PATH] << self._serve_log
+        # Kueue's visibility API, as the test says the queue stands (set_pending).
+        self.pending: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        self["get", PENDING_PATH] << self._serve_pending
 
     def use_versions(self, versions: _Versions) -> None:
         self.versions = versions
@@ -327,6 +334,17 @@ class _Emulator(kmock.KubernetesEmulator):
     def _sees(request: rendering.Request, event: dict[str, Any]) -> bool:
         namespace = (event.get("object", {}).get("metadata") or {}).get("namespace")
         return request.namespace is None or namespace == request.namespace
+
+    async def _serve_pending(self, request: rendering.Request) -> rendering.Payload:
+        match = PENDING_PATH.fullmatch(request.url.path)
+        assert match is not None
+        items = self.pending.get((match[1], match[2]), [])
+        return {
+            "apiVersion": "visibility.kueue.x-k8s.io/v1beta2",
+            "kind": "PendingWorkloadsSummary",
+            "metadata": {},
+            "items": items,
+        }
 
     async def _serve_log(self, request: rendering.Request) -> rendering.Payload:
         match = LOG_PATH.fullmatch(request.url.path)
@@ -636,6 +654,10 @@ class KubeEmulator:
                 emu.logs_changed.notify_all()
 
         self._call(append)
+
+    def set_pending(self, namespace: str, local_queue: str, items: list[dict[str, Any]]) -> None:
+        """What Kueue's visibility API answers for the LocalQueue's pending Workloads."""
+        self._emu.pending[(namespace, local_queue)] = items
 
     def end_log(self, namespace: str, pod: str, container: str) -> None:
         """The container exited: followers of its log see the stream end."""

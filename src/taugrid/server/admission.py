@@ -148,13 +148,13 @@ class ObservedAdmission:
         source: AdmissionSource,
         admitter: str = "the admitter",
         clock: Callable[[], float] = time.monotonic,
-        explain: Callable[[str, int], str | None] | None = None,
+        explain: Callable[[str, int], tuple[int | None, str] | None] | None = None,
     ) -> None:
         self.source = source
         self.admitter = admitter
         self.clock = clock
-        # Why a queued run's next attempt waits, in the admitter's words (Kueue's
-        # Workload conditions); None: unknown yet.
+        # Where a queued run's next attempt waits (the admitter's position, 1 first, when
+        # it tells) and why, in its words (Kueue's Workload conditions); None: unknown.
         self.explain = explain or (lambda run_id, attempt: None)
         self._held: dict[str, tuple[float, AdmissionEvent]] = {}  # run id -> newest event
 
@@ -189,15 +189,15 @@ class ObservedAdmission:
             # so it cannot hit the run's next admission.
             del self._held[run_id]
         waiting = [r for r in queued if r["id"] not in {a.run["id"] for a in out.admissions}]
-        out.pending = {
-            r["id"]: Pending(
+        out.pending = {}
+        for i, r in enumerate(waiting):
+            told = self.explain(r["id"], r["attempt_count"])
+            position, words = told if told is not None else (None, "")
+            out.pending[r["id"]] = Pending(
                 r["id"],
                 r["cluster_queue"],
-                i + 1,
+                position or i + 1,
                 "WaitingForAdmission",
-                self.explain(r["id"], r["attempt_count"])
-                or f"waiting for {self.admitter} to admit it",
+                words or f"waiting for {self.admitter} to admit it",
             )
-            for i, r in enumerate(waiting)
-        }
         return out

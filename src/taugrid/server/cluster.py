@@ -117,8 +117,15 @@ def cluster_adapters(
 
     archiver = PodLogArchiver(client, settings.runs_dir, make_masker=make_masker)
     executor = KubernetesExecutor(
-        client, target, policy, code_key, settings.home / "kubernetes", logs=archiver
+        client,
+        target,
+        policy,
+        code_key,
+        settings.home / "kubernetes",
+        logs=archiver,
+        positions_every_s=settings.kueue_positions_s,
     )
+
     return ClusterAdapters(
         client=client,
         target=target,

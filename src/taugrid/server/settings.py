@@ -38,6 +38,7 @@ CLUSTER_ENV = {
     "namespace_prefix": "TAU_NAMESPACE_PREFIX",
     "pod_server_url": "TAU_POD_SERVER_URL",
     "helper_image": "TAU_HELPER_IMAGE",
+    "kueue_positions_s": "TAU_KUEUE_POSITIONS_S",
 }
 EXECUTORS = ("local", "kubernetes")
 ISOLATION_ENV = {
@@ -90,6 +91,7 @@ class ServerSettings:
     namespace_prefix: str = ""  # a workspace W's runs go to namespace PREFIX + W
     pod_server_url: str | None = None  # how pods reach this server (code snapshots)
     helper_image: str | None = None  # the pods' code-fetching init container's image
+    kueue_positions_s: float = 5.0  # how often Kueue's visibility API is asked
 
     @property
     def sandboxed(self) -> bool:
@@ -136,6 +138,8 @@ class ServerSettings:
         if "oidc_client_secret_file" in values:
             values["oidc_client_secret_file"] = Path(str(values["oidc_client_secret_file"]))
         values.update({k: v for k, v in overrides.items() if v is not None})
+        if "kueue_positions_s" in values:
+            values["kueue_positions_s"] = float(str(values["kueue_positions_s"]))
         if values.get("kubeconfig") is not None:
             values["kubeconfig"] = Path(str(values["kubeconfig"]))
         if values.get("executor", "local") not in EXECUTORS:

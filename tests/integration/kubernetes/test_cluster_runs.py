@@ -30,6 +30,7 @@ restart:
 @pytest.fixture
 def cluster(tau: Tau, kube_emulator: KubeEmulator, tmp_path: Path) -> Iterator[KueuePlayer]:
     config = kube_emulator.write_kubeconfig(tmp_path / "kubeconfig")
+    tau.extra_env["TAU_KUEUE_POSITIONS_S"] = "0.2"  # Kueue's visibility API, often
     player = KueuePlayer(kube_emulator)
     player.server_args = ("--executor", "kubernetes", "--kubeconfig", str(config))
     tau.start_server(*player.server_args)
@@ -474,3 +475,41 @@ def test_secrets_reach_pods_by_reference_and_never_their_logs(
     )
     wait_for("the masked line", lambda: "token is ***" in tau("logs", run_id).stdout)
     assert "hf_s3cr3t_v4lue" not in tau("logs", run_id).stdout
+
+
+def test_queue_positions_come_from_kueues_visibility_api(tau: Tau, cluster: KueuePlayer) -> None:
+    first, second = submit(tau, "first"), submit(tau, "second")
+    jobs = [cluster.wait_job(first), cluster.wait_job(second)]
+    for job in jobs:
+        cluster.make_workload(job)
+    queue = jobs[0]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"]
+    # Kueue says the second is ahead of the first (a higher priority, say), and 3 more
+    # workloads of other teams are ahead of both in the cluster queue.
+    cluster.emu.set_pending(
+        "default",
+        queue,
+        [
+            {
+                "metadata": {
+                    "name": f"job-{job['metadata']['name']}-1a2b3",
+                    "namespace": "default",
+                    "ownerReferences": [{"kind": "Job", "name": job["metadata"]["name"]}],
+                },
+                "priority": 0,
+                "localQueueName": queue,
+                "positionInClusterQueue": 3 + i,
+                "positionInLocalQueue": i,
+            }
+            for i, job in enumerate(reversed(jobs))
+        ],
+    )
+
+    def pending(run_id: str) -> dict[str, Any]:
+        return tau.json("status", run_id).get("pending") or {}
+
+    wait_for("Kueue's position", lambda: pending(first).get("position") == 5)
+    assert pending(second)["position"] == 4
+    assert "#2 in local queue" in pending(first)["message"]
+    assert "insufficient unused quota" in pending(first)["message"]
+    text = tau("status", first, check=True).stdout
+    assert "#5 in cluster queue" in text, text

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from taugrid.executors.kubernetes.client import JsonObject
 from taugrid.executors.kubernetes.ledger import LaunchLedger
+from taugrid.executors.kubernetes.positions import QueuePositions
 from taugrid.executors.kubernetes.status import (
     WorkloadView,
     admission_events,
@@ -31,6 +32,7 @@ class KueueAdmissionSource:
         self._lock = threading.Lock()
         self._events: list[AdmissionEvent] = []
         self._views: dict[AttemptKey, WorkloadView] = {}
+        self.positions: QueuePositions | None = None  # Kueue's visibility API, when read
 
     def workload_changed(
         self, key: AttemptKey, before: JsonObject | None, after: JsonObject | None
@@ -70,19 +72,24 @@ class KueueAdmissionSource:
         return events
 
     def _newest(self, key: AttemptKey) -> bool:
-        return all(
-            k.attempt <= key.attempt for k in self._ledger.attempts() if k.run_id == key.run_id
-        )
+        newest = self._ledger.newest_attempt(key.run_id)
+        return newest is None or newest <= key.attempt
 
     def drain(self) -> list[AdmissionEvent]:
         with self._lock:
             events, self._events = self._events, []
         return events
 
-    def pending(self, run_id: str, attempt: int) -> str | None:
-        """Why the attempt's Workload waits, in Kueue's words; None when unknown."""
+    def pending(self, run_id: str, attempt: int) -> tuple[int | None, str] | None:
+        """Where the attempt waits in its ClusterQueue (Kueue's visibility API, 1 first)
+        and why, in Kueue's words; None when Kueue has said nothing yet."""
+        key = AttemptKey(run_id, attempt)
         with self._lock:
-            view = self._views.get(AttemptKey(run_id, attempt))
-        if view is None:
+            view = self._views.get(key)
+        spot = self.positions.get(key) if self.positions is not None else None
+        if view is None and spot is None:
             return None
-        return pending_words(view)
+        words = (pending_words(view) if view is not None else None) or "waiting for Kueue"
+        if spot is not None:
+            words = f"{words} (#{spot.in_local_queue} in local queue {spot.local_queue})"
+        return (spot.in_cluster_queue if spot is not None else None), words

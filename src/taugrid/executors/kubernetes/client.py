@@ -18,6 +18,7 @@ Secret's ``Invalid value`` is redacted.
 
 from __future__ import annotations
 
+import builtins
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -168,6 +169,11 @@ class KubeClient(Protocol):
         timestamps: bool = True,
     ) -> Iterator[bytes]:
         """The container's output, line by line (each ending with a newline)."""
+        ...
+
+    def pending_workloads(self, namespace: str, local_queue: str) -> builtins.list[JsonObject]:
+        """Kueue's visibility API: the LocalQueue's pending Workloads in queue order, each
+        with ``positionInLocalQueue``/``positionInClusterQueue`` and its owner."""
         ...
 
     def close(self) -> None: ...

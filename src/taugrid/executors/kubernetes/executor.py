@@ -48,6 +48,7 @@ from taugrid.executors.kubernetes.cluster_cache import ClusterCache, attempt_key
 from taugrid.executors.kubernetes.ledger import Entry, LaunchLedger
 from taugrid.executors.kubernetes.logs import PodLogArchiver
 from taugrid.executors.kubernetes.observe import AttemptObjects, observe
+from taugrid.executors.kubernetes.positions import QUEUE_LABEL, QueuePositions
 from taugrid.manifests.plan import (
     AttemptIdentity,
     ClusterTarget,
@@ -83,6 +84,7 @@ class KubernetesExecutor:
         *,
         ray: bool = True,
         logs: PodLogArchiver | None = None,
+        positions_every_s: float = 5.0,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
@@ -97,6 +99,8 @@ class KubernetesExecutor:
         # Called with an attempt's location when its objects change (engine.attempt_reported).
         self.notify: Callable[[str], None] | None = None
         self.admission = KueueAdmissionSource(self.ledger)
+        self.positions = QueuePositions(client, self._waiting_in_kueue, positions_every_s)
+        self.admission.positions = self.positions
         self.cache = ClusterCache(
             client,
             on_attempt=self._changed,
@@ -128,9 +132,11 @@ class KubernetesExecutor:
             target=self._delete_loop, name="tau-k8s-delete", daemon=True
         )
         self._deleter.start()
+        self.positions.start()
 
     def close(self) -> None:
         self._deletions.put(None)
+        self.positions.stop()
         if self.logs is not None:
             self.logs.stop()
         self.cache.stop()
@@ -312,6 +318,21 @@ class KubernetesExecutor:
             kueue=self.cache.kueue_workload(key),
             waiting_since=self.cache.waiting_since(key),
         )
+
+    def _waiting_in_kueue(self) -> list[tuple[AttemptKey, str, str, str]]:
+        """(attempt, namespace, name, LocalQueue) of each attempt Kueue holds suspended."""
+        out = []
+        for key in self.ledger.attempts():
+            entry = self.ledger.get(key)
+            obj = self.cache.workload(key)
+            if entry is None or entry.stop is not None or obj is None:
+                continue
+            if not (obj.get("spec") or {}).get("suspend"):
+                continue
+            queue = ((obj.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
+            if queue:
+                out.append((key, entry.namespace, entry.name, str(queue)))
+        return out
 
     def _changed(self, key: AttemptKey) -> None:
         if self.notify is not None:

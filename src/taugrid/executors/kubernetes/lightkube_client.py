@@ -74,6 +74,10 @@ LIST_PAGE = 500
 WATCH_GRACE_S = 10.0  # past timeoutSeconds, an idle stream is taken as dead
 
 
+# Kueue's on-demand visibility API (an aggregated API, not a CRD).
+VISIBILITY = "visibility.kueue.x-k8s.io/v1beta2"
+
+
 def lightkube_resource(api_version: str, kind: str) -> type[lk_resource.Resource]:
     """The lightkube resource class of a kind in KINDS (generic ones for the CRDs)."""
     info = kind_info(api_version, kind)
@@ -436,6 +440,15 @@ class LightkubeClient(KubeClient):
         path = api_path("v1", "Pod", namespace, pod, "log")
         resp = self._call("logs", ref, "GET", path, params=params, stream=True, timeout=timeout)
         return LineStream(resp, lambda line: line, None)
+
+    def pending_workloads(self, namespace: str, local_queue: str) -> builtins.list[JsonObject]:
+        ref = ObjectRef(VISIBILITY, "LocalQueue", namespace, local_queue)
+        path = (
+            f"/apis/{VISIBILITY}/namespaces/{namespace}/localqueues/{local_queue}/pendingworkloads"
+        )
+        body = _json(self._call("get", ref, "GET", path), "get", ref)
+        items = body.get("items") or []
+        return [item for item in items if isinstance(item, dict)]
 
     def close(self) -> None:
         self._http.close()
