@@ -79,6 +79,9 @@ class FakeExecutor:
     def retain(self, wanted: set[AttemptKey]) -> None:
         return None
 
+    def check(self, spec: dict[str, Any]) -> None:
+        return None  # the spec's own checks and the mode's table say it all here
+
     def preview(self, req: LaunchRequest) -> list[dict[str, Any]]:
         raise UsageError(
             "a dry run shows the Kubernetes objects a cluster server would create; this "

@@ -123,6 +123,12 @@ class Executor(Protocol):
         """The attempts still wanted; only a ``submits_before_admission`` executor acts."""
         ...
 
+    def check(self, spec: dict[str, Any]) -> None:
+        """Refuse, at submit, a (validated, resolved) spec that no attempt of it could run
+        here, with a ``UsageError`` saying why (a cluster: no flavor fits, a name too long
+        for a RayJob); nothing is created."""
+        ...
+
     def preview(self, req: LaunchRequest) -> list[dict[str, Any]]:
         """What ``launch`` would create, as plain objects, creating nothing (a dry run);
         an executor with nothing of the kind to show raises ``UsageError`` saying so."""

@@ -236,6 +236,7 @@ class RunService:
         if self.caller.auth != "local":  # a token says who submits, not the request body
             req = req.model_copy(update={"submitter": self.caller.user})
         _check_mode(spec, self.capabilities)
+        self.engine.executor.check(req.resolved)  # what only the executor knows it refuses
         missing = self.secrets.missing(spec.workspace, req.submitter, spec.secrets.values())
         personal = not can_manage_workspace_secrets(self.caller, spec.workspace)
         if err := missing_secrets_error(missing, spec.workspace, personal=personal):

@@ -513,3 +513,19 @@ def test_queue_positions_come_from_kueues_visibility_api(tau: Tau, cluster: Kueu
     assert "insufficient unused quota" in pending(first)["message"]
     text = tau("status", first, check=True).stdout
     assert "#5 in cluster queue" in text, text
+
+
+def test_what_the_cluster_cannot_run_is_refused_at_submit_with_nothing_created(
+    tau: Tau, cluster: KueuePlayer
+) -> None:
+    (tau.cwd / "train.py").write_text("print('hello')\n")
+    (tau.cwd / "tau.yaml").write_text(SPEC.format(name="tpu"))
+    proc = tau("run", "--set", "resources.gpus=1", "--set", "resources.gpu_type=tpu")
+    assert proc.returncode == 2, proc
+    assert "gpu_type" in proc.stderr and "tpu" in proc.stderr and "Traceback" not in proc.stderr
+    long_ray = RAY.format(name="a-ray-run-whose-name-is-far-too-long-for-kuberay")
+    (tau.cwd / "tau.yaml").write_text(long_ray)
+    proc = tau("run")
+    assert proc.returncode == 2 and "RayJob" in proc.stderr, proc
+    assert cluster.jobs() == [] and cluster.emu.objects("ray.io/v1", "RayJob") == []
+    assert tau.json("status")["runs"] == []

@@ -53,6 +53,7 @@ from taugrid.manifests.plan import (
     AttemptIdentity,
     ClusterTarget,
     attempt_input,
+    check_submit,
     place,
     render_attempt,
 )
@@ -152,6 +153,9 @@ class KubernetesExecutor:
     def is_launched(self, key: AttemptKey) -> bool:
         return self.ledger.get(key) is not None
 
+    def check(self, spec: dict[str, Any]) -> None:
+        check_submit(self._spec(spec), self._policy(), self.target)
+
     def preview(self, req: LaunchRequest) -> list[dict[str, Any]]:
         """The attempt's objects; its code token's Secret holds a placeholder."""
         return render_attempt(self._input(req))
@@ -242,10 +246,7 @@ class KubernetesExecutor:
 
     # -- launching ------------------------------------------------------------------------
     def _input(self, req: LaunchRequest) -> JobInput:
-        try:
-            spec = TauSpec.model_validate(req.spec)
-        except ValueError as exc:
-            raise UsageError(f"the run's recorded spec no longer validates: {exc}") from None
+        spec = self._spec(req.spec)
         placement = place(spec, self._policy(), self.target)
         # The checkpoint the server chose (object storage: it reads the bucket), by its
         # step directory's name: the pod has it at its own path once fetch-resume ran.
@@ -260,6 +261,13 @@ class KubernetesExecutor:
         if step:
             env[RESUME_ENV] = inp.env[RESUME_ENV]
         return JobInput(**{**inp.__dict__, "env": env})
+
+    @staticmethod
+    def _spec(data: dict[str, Any]) -> TauSpec:
+        try:
+            return TauSpec.model_validate(data)
+        except ValueError as exc:
+            raise UsageError(f"the run's recorded spec no longer validates: {exc}") from None
 
     def _create(self, obj: JsonObject, key: AttemptKey) -> None:
         """Create, retrying what is safe: the client never retries a create (its answer
