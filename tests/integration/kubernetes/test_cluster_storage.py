@@ -105,6 +105,12 @@ def test_the_policy_lands_on_the_cluster_and_a_preempted_run_resumes_from_the_bu
     job = player.wait_job(run_id)
     assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "main"
     player.make_workload(job)
+    wait_for(
+        "Kueue's reason in tau queues",
+        lambda: "insufficient unused quota" in tau("queues", check=True).stdout,
+    )
+    queues = tau("queues", check=True).stdout
+    assert "waiting in cq:" in queues and run_id in queues, queues
     player.admit(job)
     (pod,) = player.make_pods(player.wait_job(run_id))
     player.pod_running(pod)

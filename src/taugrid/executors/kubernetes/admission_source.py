@@ -47,8 +47,12 @@ class KueueAdmissionSource:
                 return
             if entry is None:
                 return
+            old = self._views.get(key)
             events = self._edges(key, after, stopped=entry.stop is not None)
-        if events:
+            new = self._views[key]
+            # Why it waits changed: the queue's explanations are worth a cycle too.
+            reworded = old is None or pending_words(old) != pending_words(new)
+        if events or reworded:
             self.wake()
 
     def attempt_recorded(self, key: AttemptKey, workload: JsonObject | None) -> None:
