@@ -558,6 +558,7 @@ def render_rayjob(inp: JobInput) -> dict[str, Any]:
             ],
         },
     }
+    spec["submitterPodTemplate"] = _submitter_template(head, own)
     if inp.timeout_s is not None:
         spec["activeDeadlineSeconds"] = max(1, math.ceil(inp.timeout_s))
     return {
@@ -565,6 +566,35 @@ def render_rayjob(inp: JobInput) -> dict[str, Any]:
         "kind": "RayJob",
         "metadata": {"name": name, "namespace": inp.namespace, "labels": job_labels},
         "spec": spec,
+    }
+
+
+RAY_SUBMITTER = "ray-job-submitter"
+
+
+def _submitter_template(head: JobInput, own: dict[str, str]) -> dict[str, Any]:
+    """KubeRay's submitter pod (K8sJobMode) carrying TauGrid's labels, so its log (the
+    Ray job's output) is archived with the attempt's others. No command: KubeRay puts
+    ``ray job submit ... -- <entrypoint>`` into its first container. The resources are
+    KubeRay's defaults for it, which Kueue counts in the submitter's pod set."""
+    pod = _pod_spec(head)
+    return {
+        "metadata": {"labels": own},
+        "spec": {
+            "restartPolicy": "Never",
+            "securityContext": pod["securityContext"],
+            "containers": [
+                {
+                    "name": RAY_SUBMITTER,
+                    "image": head.image,
+                    "resources": {
+                        "requests": {"cpu": "500m", "memory": "200Mi"},
+                        "limits": {"cpu": "1", "memory": "1Gi"},
+                    },
+                    "securityContext": pod["containers"][0]["securityContext"],
+                }
+            ],
+        },
     }
 
 

@@ -77,3 +77,15 @@ def test_a_name_kuberay_cannot_take_is_refused_before_anything_is_created() -> N
         render_rayjob(ray(run_id="9lives"))  # DNS-1035 starts with a letter
     with pytest.raises(UsageError, match="launcher: ray only"):
         render_rayjob(ray(launcher="torchrun"))
+
+
+def test_the_submitter_pod_is_labelled_as_the_attempts_and_left_to_kuberay() -> None:
+    obj = render_rayjob(ray())
+    template = obj["spec"]["submitterPodTemplate"]
+    assert template["metadata"]["labels"]["taugrid.io/run-id"] == "tune-9c1d"
+    assert template["metadata"]["labels"]["taugrid.io/attempt"] == "1"
+    (container,) = template["spec"]["containers"]
+    assert container["name"] == "ray-job-submitter"
+    assert "command" not in container  # KubeRay puts `ray job submit ...` there
+    assert container["resources"]["requests"] == {"cpu": "500m", "memory": "200Mi"}
+    assert template["spec"]["securityContext"]["runAsNonRoot"] is True
