@@ -32,6 +32,9 @@ MANIFEST = "tau-checkpoint.json"
 FORMAT = 1
 ENV_DIR = "TAU_CHECKPOINT_DIR"
 ENV_RESUME = "TAU_RESUME_FROM"
+# Checkpoints written after this time (epoch seconds; a hardware fault) are not resumed
+# from: set where the server could not choose for itself (a cluster volume it cannot see).
+ENV_RESUME_BEFORE = "TAU_RESUME_BEFORE"
 ENV_ATTEMPT = "TAU_ATTEMPT"
 ENV_RUN_ID = "TAU_RUN_ID"
 ENV_KEEP = "TAU_CHECKPOINT_KEEP"

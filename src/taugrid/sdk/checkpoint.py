@@ -34,6 +34,7 @@ from taugrid.sdk import _writer
 from taugrid.sdk._async import AsyncSave, buffers, flat, save_async
 from taugrid.sdk._store import (
     ENV_RESUME,
+    ENV_RESUME_BEFORE,
     MANIFEST,
     Checkpoint,
     CheckpointDirNotSet,
@@ -131,6 +132,14 @@ def _load(path: Path, *, full: bool) -> Checkpoint | None:
     )
 
 
+def _resume_before() -> float | None:
+    raw = os.environ.get(ENV_RESUME_BEFORE)
+    try:
+        return float(raw) if raw else None
+    except ValueError:
+        return None
+
+
 def latest(*, root: str | os.PathLike[str] | None = None, full: bool = True) -> Checkpoint | None:
     """The checkpoint to resume from, or None on a fresh start.
 
@@ -138,7 +147,9 @@ def latest(*, root: str | os.PathLike[str] | None = None, full: bool = True) -> 
     and ``$TAU_ATTEMPT`` in its manifest); else ``$TAU_RESUME_FROM`` when it verifies (the
     server chose it, skipping corrupt ones and those written after a hardware fault; set but
     empty means "start fresh"); else the newest checkpoint under ``root`` (default
-    ``$TAU_CHECKPOINT_DIR``) whose manifest verifies. ``full`` (default) checks every
+    ``$TAU_CHECKPOINT_DIR``) whose manifest verifies, leaving out those written after
+    ``$TAU_RESUME_BEFORE`` (a hardware fault's time, set where the server could not
+    choose: a cluster volume it does not see). ``full`` (default) checks every
     file's sha256; ``full=False`` only presence and sizes.
     """
     resume = os.environ.get(ENV_RESUME)
@@ -168,5 +179,5 @@ def latest(*, root: str | os.PathLike[str] | None = None, full: bool = True) -> 
         )
     if root_p is None:
         return None
-    info, _skipped = newest_verified(root_p, full=full)
+    info, _skipped = newest_verified(root_p, exclude_written_after=_resume_before(), full=full)
     return info.to_checkpoint() if info is not None else None

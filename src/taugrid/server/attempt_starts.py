@@ -156,4 +156,5 @@ class AttemptStarter:
                 run["workspace"], run["submitter"], spec.get("secrets") or {}, must_exist=False
             ),
             run_disk_limit(spec, self.run_disk_limit_bytes),
+            resume_before=fault_at,
         )

@@ -57,6 +57,7 @@ def launch_request(
     resume_from: str | None,
     secret_refs: dict[str, str],
     disk_limit_bytes: int | None,
+    resume_before: float | None = None,
 ) -> LaunchRequest:
     """The launch of ``attempt`` of ``run`` (a full row: its resolved spec). Pure."""
     spec: Mapping[str, Any] = run["spec_resolved"]
@@ -77,6 +78,10 @@ def launch_request(
     expanded = expand_at_launch(list(spec_env.values()), base)
     env = workload_env(run["env_summary"], dict(zip(spec_env, expanded, strict=True)), ctx)
     env["TAU_CHECKPOINT_KEEP"] = str((spec.get("checkpoint") or {}).get("keep", 3))
+    if resume_before is not None and resume_from is None:
+        # The server saw no checkpoint to choose from (a cluster volume it does not see):
+        # the SDK in the pod chooses, and leaves out what was written after the fault.
+        env["TAU_RESUME_BEFORE"] = f"{resume_before:.6f}"
     command = spec["command"]
     if isinstance(command, list):
         command = expand_at_launch(command, env)
