@@ -27,6 +27,9 @@ BENCHMARKS = (
     "scheduler_decision",
     "scheduler_kueue_baseline",
     "engine_pass",
+    "kube_submit",
+    "kube_watch",
+    "kube_engine_pass",
 )
 
 
@@ -55,16 +58,16 @@ def main(argv: list[str]) -> int:
         print(f"  ({name} took {took:.0f} s)\n")
         data = json.loads(result.read_text())
         table += [(name, row) for row in data["headlines"]]
-    print(f"{'benchmark':<15} {'headline':<46} {'value':>10}  {'target':<12} verdict")
-    print("-" * 96)
+    print(f"{'benchmark':<17} {'headline':<46} {'value':>10}  {'target':<12} verdict")
+    print("-" * 98)
     for name, row in table:
         verdict = {True: "ok", False: "MISSED", None: "-"}[row.get("ok")]
         print(
-            f"{name:<15} {row['metric']:<46} {fmt_value(row['value']):>10}  "
+            f"{name:<17} {row['metric']:<46} {fmt_value(row['value']):>10}  "
             f"{row.get('target') or '-':<12} {verdict}"
         )
     for name in crashed:
-        print(f"{name:<15} {'(crashed)':<46}")
+        print(f"{name:<17} {'(crashed)':<46}")
     print(f"\nresults: {RESULTS_DIR}/<name>.json   method and figures: docs/benchmarks.md")
     return 1 if crashed else 0
 
