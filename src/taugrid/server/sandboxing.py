@@ -34,7 +34,12 @@ def settings_problem(settings: ServerSettings) -> str | None:
     """What is wrong with the isolation settings (a usage error), or None."""
     if settings.isolation is not None and settings.isolation not in MODES:
         return f"--isolation must be one of {', '.join(MODES)}, not {settings.isolation!r}"
-    if settings.shared and not settings.sandboxed:
+    if settings.cluster and settings.isolation == "sandbox":
+        return (
+            "--isolation is for workloads run as the server's processes; a cluster server's "
+            "run in pods (leave --isolation out with --executor kubernetes)"
+        )
+    if settings.shared and not settings.sandboxed and not settings.cluster:
         return (
             "a shared server must isolate workloads (--isolation sandbox): with "
             "--isolation none every researcher's job could read TAU_HOME, the server's "

@@ -95,7 +95,10 @@ class ServerSettings:
 
     @property
     def sandboxed(self) -> bool:
-        """Whether workloads run in the sandbox (by the setting, or by the mode)."""
+        """Whether workloads run in the sandbox (by the setting, or by the mode). Never on
+        a cluster: workloads run in pods there, not as the server's processes."""
+        if self.cluster:
+            return False
         return (self.isolation or ("sandbox" if self.shared else "none")) == "sandbox"
 
     @property
