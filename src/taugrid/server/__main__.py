@@ -124,6 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     home.mkdir(mode=0o700, parents=True, exist_ok=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    # The Kubernetes client's HTTP library logs every request (each watch) at INFO.
+    for noisy in ("httpx", "httpx2", "httpcore"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     from taugrid.server.private_home import tighten
 
     tighten(home)
