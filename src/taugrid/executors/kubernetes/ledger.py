@@ -38,8 +38,8 @@ class LaunchLedger:
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._lock = threading.Lock()
         self._entries: dict[AttemptKey, Entry] = {}
-        # Each run's recorded attempts: what the admission source asks on every Workload
-        # change (a scan of every entry cost ~50 us per event at 1,000 runs).
+        # Each run's recorded attempts: the admission source asks for the newest on every
+        # Workload change, which a scan of every entry made grow with the runs.
         self._by_run: dict[str, set[int]] = {}
         for path in directory.glob("*.json"):
             entry = _read(path)
