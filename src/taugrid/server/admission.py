@@ -188,7 +188,8 @@ class ObservedAdmission:
             # An eviction of a run that holds nothing has nothing to stop: dropped at once,
             # so it cannot hit the run's next admission.
             del self._held[run_id]
-        waiting = [r for r in queued if r["id"] not in {a.run["id"] for a in out.admissions}]
+        admitted = {a.run["id"] for a in out.admissions}
+        waiting = [r for r in queued if r["id"] not in admitted]
         out.pending = {}
         for i, r in enumerate(waiting):
             told = self.explain(r["id"], r["attempt_count"])
