@@ -101,7 +101,7 @@ def open_fs(loc: Location, key: str | None = None, secret: str | None = None) ->
     if problem is not None:
         raise StorageError(f"storage url {problem}")
     try:
-        import fsspec  # type: ignore[import-untyped]
+        import fsspec
     except ImportError:
         raise StorageError(
             "object storage needs fsspec and s3fs (pip install 'taugrid[s3]')"
