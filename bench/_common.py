@@ -277,10 +277,13 @@ class BenchServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def server_args(self) -> list[str]:
+        """What this server's start adds to ``python -m taugrid.server --home H``."""
+        return ["--gpus", str(self.gpus)] if self.gpus is not None else []
+
     def start(self, timeout: float = 30.0) -> None:
         args = [sys.executable, "-m", "taugrid.server", "--home", str(self.home)]
-        if self.gpus is not None:
-            args += ["--gpus", str(self.gpus)]
+        args += self.server_args()
         with (self.home / "server.log").open("ab") as log:
             self.proc = subprocess.Popen(
                 args,

@@ -12,8 +12,6 @@ cluster server) and the target ``ClusterTarget()``'s defaults.
 from __future__ import annotations
 
 import copy
-import json
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -22,7 +20,7 @@ from typing import Any
 
 from kmock._internal.aiobus import Bus
 
-from bench._common import REPO, BenchServer, clean_env
+from bench._common import REPO, BenchServer
 from taugrid.executors.kubernetes.artifacts import PodArtifacts
 from taugrid.executors.kubernetes.client import JsonObject, ObjectList, ObjectRef, WatchEvent
 from taugrid.executors.kubernetes.executor import KubernetesExecutor
@@ -172,34 +170,11 @@ class ClusterServer(BenchServer):
         super().__init__(name)
         self.kubeconfig = emulator.write_kubeconfig(self.home / "kubeconfig")
 
+    def server_args(self) -> list[str]:
+        return ["--executor", "kubernetes", "--kubeconfig", str(self.kubeconfig)]
+
     def start(self, timeout: float = 60.0) -> None:
-        args = [sys.executable, "-m", "taugrid.server", "--home", str(self.home)]
-        args += ["--executor", "kubernetes", "--kubeconfig", str(self.kubeconfig)]
-        with (self.home / "server.log").open("ab") as log:
-            self.proc = subprocess.Popen(
-                args,
-                cwd=REPO,
-                env=clean_env(self.home),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        deadline = time.monotonic() + timeout
-        info_path = self.home / "server.json"
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited {self.proc.returncode}: {self.log_tail()}")
-            try:
-                info = json.loads(info_path.read_text())
-                if info.get("pid") == self.proc.pid:
-                    self.url = str(info["url"])
-                    self.token = (self.home / "token").read_text().strip()
-                    return
-            except (OSError, ValueError):
-                pass
-            time.sleep(0.02)
-        raise RuntimeError(f"server did not publish server.json in {timeout:.0f}s")
+        super().start(timeout)  # a cluster server first lists the cluster
 
 
 # -- a live attempt's objects, as the Job controller, the kubelet and Kueue write them ------

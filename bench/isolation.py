@@ -21,9 +21,7 @@ Skipped (exit 0 with a note) where bubblewrap is missing.
 
 from __future__ import annotations
 
-import json
 import shutil
-import subprocess
 import sys
 import time
 import uuid
@@ -31,11 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from bench._common import (
-    REPO,
     TERMINAL,
     Api,
     BenchServer,
-    clean_env,
     headline,
     median,
     ms,
@@ -62,34 +58,8 @@ class IsolatedServer(BenchServer):
         super().__init__(name)
         self.isolation = isolation
 
-    def start(self, timeout: float = 30.0) -> None:
-        args = [sys.executable, "-m", "taugrid.server", "--home", str(self.home)]
-        args += ["--isolation", self.isolation]
-        with (self.home / "server.log").open("ab") as log:
-            self.proc = subprocess.Popen(
-                args,
-                cwd=REPO,
-                env=clean_env(self.home),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited {self.proc.returncode}: {self.log_tail()}")
-            info_path = self.home / "server.json"
-            try:
-                info = json.loads(info_path.read_text())
-                if info.get("pid") == self.proc.pid:
-                    self.url = str(info["url"])
-                    self.token = (self.home / "token").read_text().strip()
-                    return
-            except (OSError, ValueError):
-                pass
-            time.sleep(0.02)
-        raise RuntimeError(f"server did not publish server.json in {timeout:.0f}s")
+    def server_args(self) -> list[str]:
+        return ["--isolation", self.isolation]
 
 
 def one_run(api: Api, body: dict[str, Any], home: Path) -> dict[str, float]:

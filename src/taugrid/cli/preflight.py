@@ -20,10 +20,9 @@ if TYPE_CHECKING:
     from taugrid.spec import LoadedSpec
 
 
-def check_submission(client: Client, loaded: LoadedSpec) -> dict[str, Any]:
-    """Raise the error the submit would raise for this spec; else where it would go:
-    ``{"workspace", "queue", "cluster_queue", "priority"}``."""
-    body = {
+def submission_body(loaded: LoadedSpec) -> dict[str, Any]:
+    """The submit body's fields that need no snapshot (``/runs/check``, ``/runs/dry-run``)."""
+    return {
         "spec_source": loaded.source,
         "file_text": loaded.file_text,
         "overrides": loaded.overrides,
@@ -32,5 +31,11 @@ def check_submission(client: Client, loaded: LoadedSpec) -> dict[str, Any]:
         "submitter": current_user(),
         "env": submitter_env(os.environ),
     }
+
+
+def check_submission(client: Client, loaded: LoadedSpec) -> dict[str, Any]:
+    """Raise the error the submit would raise for this spec; else where it would go:
+    ``{"workspace", "queue", "cluster_queue", "priority"}``."""
+    body = submission_body(loaded)
     result: dict[str, Any] = client.call("POST", "/runs/check", json_body=body)
     return result

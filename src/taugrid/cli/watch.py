@@ -237,7 +237,7 @@ def stream_attempts(
         if k < len(atts):
             if headers:
                 _header(atts[k])
-            _stream(client, rid, k, tail if k == first else None, follow, rank)
+            stream_log(client, rid, k, tail if k == first else None, follow, rank)
             k += 1
             headers = True  # from the second attempt on, say where each one starts
         elif not follow or detail["state"] in TERMINAL:
@@ -247,7 +247,7 @@ def stream_attempts(
         detail = client.get_run(rid)
 
 
-def _stream(
+def stream_log(
     client: Client,
     run: str,
     attempt: int | None,
@@ -255,6 +255,7 @@ def _stream(
     follow: bool,
     rank: int | None = None,
 ) -> None:
+    """One attempt's log (the latest when ``attempt`` is None) to stdout, as it comes."""
     out = sys.stdout.buffer
     params = {"follow": follow, "tail": tail, "attempt": attempt, "rank": rank}
     for chunk in client.stream(f"/runs/{run}/logs", params):

@@ -16,13 +16,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from taugrid.domain.lifecycle import Observation, Phase
 from taugrid.domain.outcomes import AttemptExit
 from taugrid.domain.stops import StopReason
-from taugrid.errors import UsageError
-from taugrid.ports.executor import AttemptKey, Capabilities, LaunchRequest
+from taugrid.ports.executor import AdmittedHere, AttemptKey, Capabilities, LaunchRequest
 from taugrid.spec.modes import LOCAL
 
 
@@ -37,7 +35,7 @@ class FakeAttempt:
     stops: list[StopReason] = field(default_factory=list)  # every stop it was sent
 
 
-class FakeExecutor:
+class FakeExecutor(AdmittedHere):
     """``stop_ends_at_once``: a stop ends the attempt as ``cancelled`` with its reason
     (a workload that obeys SIGTERM); otherwise the test ends it with ``exit``."""
 
@@ -72,22 +70,6 @@ class FakeExecutor:
                 raise RuntimeError(self.refuse[req.run_id])
             self.attempts[req.key] = FakeAttempt(req)
             self.launches.append(req)
-
-    # Local admission is TauGrid's own: nothing is launched before it.
-    submits_before_admission = False
-
-    def retain(self, wanted: set[AttemptKey]) -> None:
-        return None
-
-    def check(self, spec: dict[str, Any]) -> None:
-        return None  # the spec's own checks and the mode's table say it all here
-
-    def preview(self, req: LaunchRequest) -> list[dict[str, Any]]:
-        raise UsageError(
-            "a dry run shows the Kubernetes objects a cluster server would create; this "
-            "server runs workloads as local processes (tau render FILE shows a cluster's "
-            "objects without a server)"
-        )
 
     def is_launched(self, key: AttemptKey) -> bool:
         with self._lock:

@@ -28,9 +28,11 @@ from typing import Any, Protocol
 
 from taugrid.domain.lifecycle import Observation, Phase
 from taugrid.domain.stops import StopReason
+from taugrid.errors import UsageError
 from taugrid.spec.modes import Capabilities
 
 __all__ = [
+    "AdmittedHere",
     "AttemptKey",
     "Capabilities",
     "Executor",
@@ -159,3 +161,25 @@ class Executor(Protocol):
         """The attempt a status push names (``report`` as the workload's side sent it);
         None for anything that is not one of this executor's attempts."""
         ...
+
+
+class AdmittedHere:
+    """The cluster-only parts of the contract, for an executor whose attempts TauGrid
+    itself admits (the local one, the fake): nothing is launched before admission,
+    nothing more is refused at submit than the mode's table says, and there are no
+    objects for a dry run to show."""
+
+    submits_before_admission = False
+
+    def retain(self, wanted: set[AttemptKey]) -> None:
+        return None
+
+    def check(self, spec: dict[str, Any]) -> None:
+        return None
+
+    def preview(self, req: LaunchRequest) -> list[dict[str, Any]]:
+        raise UsageError(
+            "a dry run shows the Kubernetes objects a cluster server would create; this "
+            "server runs workloads as local processes (tau render FILE shows a cluster's "
+            "objects without a server)"
+        )

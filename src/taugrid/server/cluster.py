@@ -44,9 +44,6 @@ class LocalParts(Protocol):
     @property
     def artifacts(self) -> ArtifactStore: ...
 
-    @property
-    def logs(self) -> LogSource: ...
-
 
 @dataclass
 class ClusterAdapters:

@@ -54,29 +54,29 @@ def test_admissions_are_edges_of_the_newest_unstopped_attempt(tmp_path: Path) ->
     ledger = LaunchLedger(tmp_path)
     source = KueueAdmissionSource(ledger)
     # Kueue was quicker than the ledger: nothing yet, then the edge once recorded.
-    source.workload_changed(K0, None, workload(*ADMITTED))
+    source.workload_changed(K0, workload(*ADMITTED))
     assert source.drain() == []
     ledger.record(K0, "Job", "ns", "r-abcde-a0")
     source.attempt_recorded(K0, workload(*ADMITTED))
     (event,) = source.drain()
     assert event.kind is AdmissionKind.ADMITTED and event.placement is not None
     assert event.placement.flavor == "h100"
-    source.workload_changed(K0, None, workload(*ADMITTED))  # a resync: no new edge
+    source.workload_changed(K0, workload(*ADMITTED))  # a resync: no new edge
     assert source.drain() == []
     # Evicted: a preemption event; once stopped, its re-admission speaks for nobody.
     evicted = workload(
         {"type": "Evicted", "status": "True", "reason": "Preempted", "message": "room"},
         {"type": "Preempted", "status": "True", "reason": "InCohortReclamation"},
     )
-    source.workload_changed(K0, None, evicted)
+    source.workload_changed(K0, evicted)
     (event,) = source.drain()
     assert event.kind is AdmissionKind.PREEMPTED and "InCohortReclamation" in event.message
     ledger.stopped(K0, StopReason.PREEMPT)
-    source.workload_changed(K0, None, workload(*ADMITTED))
+    source.workload_changed(K0, workload(*ADMITTED))
     assert source.drain() == []
     # An older attempt never speaks once a newer one exists.
     ledger.record(K1, "Job", "ns", "r-abcde-a1")
-    source.workload_changed(K1, None, workload({"type": "QuotaReserved", "status": "False"}))
+    source.workload_changed(K1, workload({"type": "QuotaReserved", "status": "False"}))
     assert source.pending("r-abcde", 1) == (None, "waiting for Kueue to look at it")
 
 

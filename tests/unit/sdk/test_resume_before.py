@@ -1,5 +1,6 @@
 """TAU_RESUME_BEFORE: where the server cannot see the checkpoints (a cluster volume), the
-SDK leaves out those written after a hardware fault, as the server would."""
+SDK leaves out those written after a hardware fault, as the server would (the server's
+side: tests/unit/server/test_launch_request.py)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from taugrid.ports.artifacts import WorkloadPaths
-from taugrid.ports.executor import Placement
 from taugrid.sdk.checkpoint import latest, saving
-from taugrid.server.launching import launch_request
 
 
 def test_latest_leaves_out_checkpoints_written_after_the_fault(
@@ -34,19 +32,3 @@ def test_latest_leaves_out_checkpoints_written_after_the_fault(
     monkeypatch.setenv("TAU_RESUME_BEFORE", "not a time")
     found = latest(root=tmp_path)
     assert found is not None and found.step == 2  # ignored, never a crash
-
-
-def test_the_server_sets_it_only_when_it_chose_nothing() -> None:
-    run = {
-        "id": "r-abcde",
-        "name": "r",
-        "workspace": "default",
-        "spec_resolved": {"command": ["python", "t.py"]},
-        "env_summary": {},
-        "snapshot_digest": "0" * 64,
-    }
-    paths = WorkloadPaths("/tau/run/checkpoints", "/tau/run/outputs", "/tau/run/m.jsonl")
-    blind = launch_request(run, 1, Placement("x"), paths, None, {}, None, resume_before=12.5)
-    assert blind.env["TAU_RESUME_BEFORE"] == "12.500000"
-    chose = launch_request(run, 1, Placement("x"), paths, "/c/step-1", {}, None, resume_before=1.0)
-    assert "TAU_RESUME_BEFORE" not in chose.env

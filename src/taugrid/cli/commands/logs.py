@@ -7,15 +7,13 @@ otherwise. With --follow, a restarted run's new attempts follow on, each under a
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import click
 
-from taugrid.cli.client import Client
 from taugrid.cli.connect import connect
 from taugrid.cli.refs import in_workspace, workspace_option
-from taugrid.cli.watch import Watch, stream_attempts
+from taugrid.cli.watch import Watch, stream_attempts, stream_log
 from taugrid.cli.watchtext import waiting_line
 
 
@@ -43,7 +41,7 @@ def command(
     client = connect()
     run = in_workspace(client, run, workspace)
     if attempt is not None or not (all_attempts or follow):
-        _stream(client, run, attempt, tail, follow, rank)
+        stream_log(client, run, attempt, tail, follow, rank)
         return
     watch = Watch(client, run)
     detail = watch.get()
@@ -63,18 +61,3 @@ def command(
         on_poll=note_waiting if follow else None,
         rank=rank,
     )
-
-
-def _stream(
-    client: Client,
-    run: str,
-    attempt: int | None,
-    tail: int | None,
-    follow: bool,
-    rank: int | None = None,
-) -> None:
-    out = sys.stdout.buffer
-    params = {"follow": follow, "tail": tail, "attempt": attempt, "rank": rank}
-    for chunk in client.stream(f"/runs/{run}/logs", params):
-        out.write(chunk)
-        out.flush()

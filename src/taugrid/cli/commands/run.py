@@ -18,14 +18,12 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from taugrid.cli.connect import connect, default_workspace
-from taugrid.cli.preflight import check_submission
+from taugrid.cli.preflight import check_submission, submission_body
 from taugrid.cli.progress import SubmitProgress
 from taugrid.cli.records import Capture
 from taugrid.cli.runflags import RunFlags, blamed_on_flags, finish_submit, run_flags
-from taugrid.domain.workload_env import submitter_env
 from taugrid.errors import SnapshotTooLarge, SpecError, SpecProblem, UsageError
 from taugrid.home import tau_home
-from taugrid.osuser import current_user
 
 if TYPE_CHECKING:
     from taugrid.spec import LoadedSpec
@@ -117,14 +115,8 @@ def command(
     )
     code, python_env = records.result()
     payload: dict[str, Any] = {
-        "spec_source": loaded.source,
-        "file_text": loaded.file_text,
-        "overrides": loaded.overrides,
-        "resolved": loaded.resolved,
-        "spec_hash": loaded.spec_hash,
+        **submission_body(loaded),
         "snapshot_digest": digest,
-        "submitter": current_user(),
-        "env": submitter_env(os.environ),
         "code": code,
         "python_env": python_env,
     }
@@ -167,16 +159,7 @@ def show_dry_run(client: Any, loaded: LoadedSpec) -> None:
     limit = int(os.environ.get("TAU_SNAPSHOT_LIMIT", DEFAULT_MAX_BYTES))
     cache = tau_home() / "cache" / "snapshots"
     info = create_snapshot(loaded.workdir, list(loaded.spec.exclude), cache, limit, None)
-    body = {
-        "spec_source": loaded.source,
-        "file_text": loaded.file_text,
-        "overrides": loaded.overrides,
-        "resolved": loaded.resolved,
-        "spec_hash": loaded.spec_hash,
-        "snapshot_digest": info.digest,
-        "submitter": current_user(),
-        "env": submitter_env(os.environ),
-    }
+    body = {**submission_body(loaded), "snapshot_digest": info.digest}
     answer = client.call("POST", "/runs/dry-run", json_body=body)
     sys.stdout.write(to_yaml(answer["objects"]))
 

@@ -34,9 +34,7 @@ class KueueAdmissionSource:
         self._views: dict[AttemptKey, WorkloadView] = {}
         self.positions: QueuePositions | None = None  # Kueue's visibility API, when read
 
-    def workload_changed(
-        self, key: AttemptKey, before: JsonObject | None, after: JsonObject | None
-    ) -> None:
+    def workload_changed(self, key: AttemptKey, after: JsonObject | None) -> None:
         """ClusterCache's ``on_workload``: runs on an informer thread. A Workload of an
         attempt not yet recorded as launched (Kueue was quicker than the ledger) is
         looked at again when it is (``attempt_recorded``)."""

@@ -8,7 +8,7 @@ one), never by a computed Workload name. Label selectors are sent, and applied h
 a real API server filters, an emulator may not, and neither may decide what is ours.
 
 ``on_attempt`` is called (on an informer thread) with the attempt whose objects changed;
-``on_workload`` with the attempt and its Workload before and after a change.
+``on_workload`` with the attempt and its Workload after a change (None: deleted).
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ class ClusterCache:
         client: KubeClient,
         *,
         on_attempt: Callable[[AttemptKey], None],
-        on_workload: Callable[[AttemptKey, JsonObject | None, JsonObject | None], None],
+        on_workload: Callable[[AttemptKey, JsonObject | None], None],
         on_pod: Callable[[JsonObject, bool], None] | None = None,
         ray: bool = True,
         resync_s: float = 300.0,
@@ -176,14 +176,13 @@ class ClusterCache:
                 if key is None:
                     return
                 self._kueue_owner[ref] = key
-            before = self._kueue.get(key)
             if event.type == "DELETED":
                 self._kueue.pop(key, None)
                 self._kueue_owner.pop(ref, None)
                 after = None
             else:
                 self._kueue[key] = after = event.object
-        self._on_workload(key, before, after)
+        self._on_workload(key, after)
         self._on_attempt(key)
 
     def _owner_key(self, workload: JsonObject) -> AttemptKey | None:

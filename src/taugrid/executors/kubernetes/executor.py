@@ -48,7 +48,7 @@ from taugrid.executors.kubernetes.cluster_cache import ClusterCache, attempt_key
 from taugrid.executors.kubernetes.ledger import Entry, LaunchLedger
 from taugrid.executors.kubernetes.logs import PodLogArchiver
 from taugrid.executors.kubernetes.observe import AttemptObjects, observe
-from taugrid.executors.kubernetes.positions import QUEUE_LABEL, QueuePositions
+from taugrid.executors.kubernetes.positions import QueuePositions
 from taugrid.manifests.plan import (
     AttemptIdentity,
     ClusterTarget,
@@ -57,7 +57,7 @@ from taugrid.manifests.plan import (
     place,
     render_attempt,
 )
-from taugrid.manifests.workloads import JobInput, SecretRef
+from taugrid.manifests.workloads import QUEUE_LABEL, JobInput, SecretRef
 from taugrid.policy.models import Policy
 from taugrid.ports.executor import AttemptKey, Capabilities, LaunchRequest
 from taugrid.spec.models import TauSpec

@@ -32,9 +32,7 @@ from taugrid.executors.kubernetes.status import (
     start_blocked,
     workload_view,
 )
-from taugrid.manifests.workloads import FETCH_CONTAINER
-
-INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+from taugrid.manifests.workloads import FETCH_CONTAINER, INDEX_ANNOTATION
 
 JsonObject = Mapping[str, Any]
 

@@ -21,8 +21,6 @@ from taugrid.ports.executor import AttemptKey
 
 log = logging.getLogger("taugrid.kubernetes")
 
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-
 
 @dataclass(frozen=True)
 class Position:

@@ -29,7 +29,13 @@ from taugrid.executors.local.files import read_json
 from taugrid.executors.local.launch import NodeLaunch, free_port, launch_nodes, ray_command
 from taugrid.executors.local.layout import RunLayout
 from taugrid.executors.local.supervisor import CANCEL_FILE
-from taugrid.ports.executor import AttemptKey, Capabilities, LaunchRequest, Observation
+from taugrid.ports.executor import (
+    AdmittedHere,
+    AttemptKey,
+    Capabilities,
+    LaunchRequest,
+    Observation,
+)
 from taugrid.spec.modes import LOCAL, LOCAL_WITHOUT_RAY, RAY_INSTALL
 from taugrid.workdir.snapshot import unpack_snapshot
 
@@ -37,7 +43,7 @@ from taugrid.workdir.snapshot import unpack_snapshot
 START_DEADLINE_S = 30.0
 
 
-class LocalExecutor(RunLayout):
+class LocalExecutor(AdmittedHere, RunLayout):
     """The executor port (``taugrid.ports.executor``) for one machine. Its attempts' files
     are where it and the local artifact store and log source meet (``RunLayout``)."""
 
@@ -274,22 +280,6 @@ class LocalExecutor(RunLayout):
             started_at=status.get("started_at"),
             finished_at=time.time(),
             exit=AttemptExit(outcome="lost", exit_code=None, error=why, detail=detail),
-        )
-
-    # Local admission is TauGrid's own: nothing is launched before it.
-    submits_before_admission = False
-
-    def retain(self, wanted: set[AttemptKey]) -> None:
-        return None
-
-    def check(self, spec: dict[str, Any]) -> None:
-        return None  # the spec's own checks and the mode's table say it all here
-
-    def preview(self, req: LaunchRequest) -> list[dict[str, Any]]:
-        raise UsageError(
-            "a dry run shows the Kubernetes objects a cluster server would create; this "
-            "server runs workloads as local processes (tau render FILE shows a cluster's "
-            "objects without a server)"
         )
 
     def is_launched(self, key: AttemptKey) -> bool:

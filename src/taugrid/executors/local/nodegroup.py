@@ -353,13 +353,9 @@ class NodeGroup:
             now = time.monotonic()
             over_limit = sup.disk.tick(now)
             if stop is None:
-                if sup.cancel_requested():
-                    stop = "cancelled"
-                elif deadline is not None and now >= deadline:
-                    stop = "timeout"
-                elif over_limit is not None:
-                    stop, detail = "disk_limit", over_limit
-                    sup.append_output(over_limit)
+                due = sup.stop_due(now, deadline, over_limit)
+                if due is not None:
+                    stop, detail = due
                 else:
                     self.failed = first_failure(self.ends)
                     if self.failed is not None:

@@ -453,6 +453,20 @@ class Supervisor:
         except BlockingIOError:
             pass
 
+    def stop_due(
+        self, now: float, deadline: float | None, over_limit: str | None
+    ) -> tuple[str, str | None] | None:
+        """Whether the attempt must stop now, and why: a cancel, its timeout, or its disk
+        limit (``over_limit``, the disk guard's words, which go into its log too)."""
+        if self.cancel_requested():
+            return "cancelled", None
+        if deadline is not None and now >= deadline:
+            return "timeout", None
+        if over_limit is not None:
+            self.append_output(over_limit)
+            return "disk_limit", over_limit
+        return None
+
     def wait(self, proc: subprocess.Popen[bytes]) -> dict[str, Any]:
         """Wait for the workload, stopping it on cancel or timeout; the exited status."""
         assert self.pgid is not None
@@ -474,14 +488,9 @@ class Supervisor:
             now = time.monotonic()
             over_limit = self.disk.tick(now)
             if reason is None:
-                if self.cancel_requested():
-                    reason = "cancelled"
-                elif deadline is not None and now >= deadline:
-                    reason = "timeout"
-                elif over_limit is not None:
-                    reason, detail = "disk_limit", over_limit
-                    self.append_output(over_limit)
-                if reason is not None:
+                due = self.stop_due(now, deadline, over_limit)
+                if due is not None:
+                    reason, detail = due
                     _log(f"stopping the workload ({reason}): SIGTERM to group {pgid}")
                     self.terminate(pgid)
                     kill_at = now + grace
