@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import stat
+from pathlib import Path
 
 import pytest
 
@@ -30,3 +32,23 @@ SANDBOX = "bubblewrap (bwrap) is needed for a shared server's sandbox"
 
 def require_bwrap(why: str = SANDBOX) -> None:
     require_service(shutil.which("bwrap") is not None, why)
+
+
+def require_checkout_readable_by_run_uids() -> None:
+    """As root, a sandboxed run gets a uid of its own (docs/isolation.md), which must be
+    able to reach this checkout's code (a workload running the test's Python imports
+    taugrid from it). A checkout under a 0700 home (/root) is out of its reach: skipped
+    with the reason, never in CI, whose checkout is readable."""
+    if os.geteuid() != 0:
+        return
+    import taugrid
+
+    # The interpreter is bound into the sandbox read-only; the checkout is not.
+    code = Path(taugrid.__file__).resolve()
+    blocked = [str(p) for p in code.parents if not p.stat().st_mode & stat.S_IXOTH]
+    require_service(
+        not blocked,
+        "a sandboxed run's own uid cannot reach this checkout's code "
+        f"(no search permission for others on {', '.join(sorted(set(blocked)))}); "
+        "clone it where other users can read it",
+    )

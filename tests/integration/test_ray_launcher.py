@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from tauproc import Tau, write_spec
 
-from servicecheck import require_module, require_service
+from servicecheck import require_checkout_readable_by_run_uids, require_module, require_service
 from taugrid.executors.local import raydriver
 from taugrid.sdk import checkpoint as sdk_checkpoint
 
@@ -105,6 +105,8 @@ def test_a_failing_entrypoint_fails_the_run_with_its_exit_code(tau: Tau) -> None
     sandboxed = shutil.which("bwrap") is not None
     if os.environ.get("TAU_REQUIRE_SERVICES") == "1":
         require_service(sandboxed, "bubblewrap (bwrap) is needed for a shared server's sandbox")
+    if sandboxed:
+        require_checkout_readable_by_run_uids()
     tau.start_server(*(["--isolation", "sandbox"] if sandboxed else []))
     script = "import os, sys; print('boom in', os.environ['TAU_RUN_NAME']); sys.exit(3)"
     spec = (

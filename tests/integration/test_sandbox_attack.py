@@ -23,7 +23,7 @@ import pytest
 from tauproc import Tau, write_spec
 
 import taugrid
-from servicecheck import require_bwrap
+from servicecheck import require_bwrap, require_checkout_readable_by_run_uids
 
 POLICY = """\
 flavors:
@@ -206,6 +206,7 @@ def shared_server(tau: Tau) -> dict[str, Any]:
 def test_a_sandboxed_workload_cannot_take_over_a_shared_server(
     tau: Tau, shared_server: dict[str, Any]
 ) -> None:
+    require_checkout_readable_by_run_uids()  # its workload runs this venv's Python
     url, tokens = shared_server["url"], shared_server["tokens"]
     as_res = {"TAU_SERVER": url, "TAU_TOKEN": tokens["res"]}
     as_res2 = {"TAU_SERVER": url, "TAU_TOKEN": tokens["res2"]}
