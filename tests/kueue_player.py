@@ -15,9 +15,14 @@ player filters by labels itself and never relies on uids.
 
 from __future__ import annotations
 
+import base64
+import os
+import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from kube_emulator import KubeEmulator
@@ -255,3 +260,51 @@ class KueuePlayer:
         meta = pod["metadata"]
         live = self.emu.get(*POD, meta["namespace"], meta["name"]) or pod
         self.emu.put({**live, "status": status})
+
+    # -- the kubelet running one of TauGrid's own containers ------------------------------
+    def run_helper(
+        self,
+        pod: dict[str, Any],
+        container: str,
+        *,
+        volumes: Mapping[str, Path],
+        server_url: str,
+        env: Mapping[str, str] | None = None,
+    ) -> subprocess.Popen[str]:
+        """Start one of the pod's ``python -m taugrid.podhelper ...`` containers as the
+        kubelet would: its environment with each ``secretKeyRef`` read from the Secret in
+        the emulator, each mount (the path the pod sees) at a directory here, and the
+        server's in-cluster address resolved to ``server_url``. ``env`` overrides (a
+        test's shorter interval)."""
+        spec = pod["spec"]
+        c = next(
+            x for x in spec.get("initContainers", []) + spec["containers"] if x["name"] == container
+        )
+        namespace = pod["metadata"]["namespace"]
+        resolved: dict[str, str] = {}
+        for e in c.get("env", []):
+            if "value" in e:
+                resolved[e["name"]] = e["value"]
+                continue
+            ref = e["valueFrom"]["secretKeyRef"]
+            secret = self.emu.get("v1", "Secret", namespace, ref["name"])
+            assert secret is not None, f"no Secret {ref['name']} for {container}"
+            if ref["key"] in (secret.get("stringData") or {}):
+                resolved[e["name"]] = secret["stringData"][ref["key"]]
+            else:
+                resolved[e["name"]] = base64.b64decode(secret["data"][ref["key"]]).decode()
+        for name, value in list(resolved.items()):
+            for mount, host in volumes.items():
+                if value == mount or value.startswith(mount + "/"):
+                    resolved[name] = str(host) + value[len(mount) :]
+            if "://" in value and "/api/v1/" in value:  # the Service's DNS name
+                resolved[name] = server_url.rstrip("/") + "/api/v1/" + value.split("/api/v1/", 1)[1]
+        argv = list(c["command"])
+        assert argv[:3] == ["python", "-m", "taugrid.podhelper"], argv
+        return subprocess.Popen(
+            [sys.executable, *argv[1:]],
+            env={"PATH": os.environ.get("PATH", ""), **resolved, **(env or {})},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )

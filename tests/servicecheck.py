@@ -35,16 +35,25 @@ def require_bwrap(why: str = SANDBOX) -> None:
 
 
 def require_checkout_readable_by_run_uids() -> None:
-    """As root, a sandboxed run gets a uid of its own (docs/isolation.md), which must be
-    able to reach this checkout's code (a workload running the test's Python imports
-    taugrid from it). A checkout under a 0700 home (/root) is out of its reach: skipped
-    with the reason, never in CI, whose checkout is readable."""
-    if os.geteuid() != 0:
-        return
+    """A sandboxed workload that runs the test's Python imports taugrid from this
+    checkout, which the sandbox must leave in view (docs/isolation.md): a checkout under
+    a scratch directory (/tmp, /var/tmp, /dev/shm) is behind the sandbox's own empty
+    tmpfs there, and as root, where each run gets a uid of its own, one under a 0700
+    home (/root) is out of that uid's reach. Either is skipped with the reason, never in
+    CI, whose checkout is in view."""
     import taugrid
+    from taugrid.executors.local.sandbox import SCRATCH_DIRS
 
     # The interpreter is bound into the sandbox read-only; the checkout is not.
     code = Path(taugrid.__file__).resolve()
+    hidden = [d for d in SCRATCH_DIRS if code.is_relative_to(Path(d).resolve())]
+    require_service(
+        not hidden,
+        f"a sandboxed run cannot see this checkout's code under {', '.join(hidden)} "
+        "(the sandbox puts an empty tmpfs there); clone it elsewhere",
+    )
+    if os.geteuid() != 0:
+        return
     blocked = [str(p) for p in code.parents if not p.stat().st_mode & stat.S_IXOTH]
     require_service(
         not blocked,

@@ -3,7 +3,9 @@ taugrid.podhelper fetch-code``, the init container that puts the run's code snap
 the working directory (``manifests.workloads`` renders it); with a workspace's
 ``storage.url``, ``fetch-resume`` (an init container) and ``sync-checkpoints`` (a native
 sidecar), which move checkpoints and outputs between the pod and the bucket
-(``taugrid.podstorage``, imported only for them: fsspec is not loaded for ``fetch-code``).
+(``taugrid.podstorage``, imported only for them: fsspec is not loaded for ``fetch-code``);
+``report``, the native sidecar that sends the attempt's metrics and the checkpoints it
+sees to the server (``taugrid.podreport``).
 
 From its environment: ``TAU_SNAPSHOT_URL`` (the server's snapshot endpoint),
 ``TAU_SNAPSHOT_SHA256`` (the digest the run was submitted with), ``TAU_SNAPSHOT_TOKEN``
@@ -105,13 +107,17 @@ STORAGE_COMMANDS = ("fetch-resume", "sync-checkpoints")
 
 
 def main(argv: list[str]) -> int:
+    if argv == ["report"]:
+        from taugrid import podreport
+
+        return podreport.run()
     if len(argv) == 1 and argv[0] in STORAGE_COMMANDS:
         from taugrid import podstorage  # fsspec and s3fs only where they are used
 
         return podstorage.run_command(argv[0])
     if argv != ["fetch-code"]:
         print(
-            "usage: python -m taugrid.podhelper fetch-code|fetch-resume|sync-checkpoints",
+            "usage: python -m taugrid.podhelper fetch-code|fetch-resume|sync-checkpoints|report",
             file=sys.stderr,
         )
         return 2

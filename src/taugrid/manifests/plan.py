@@ -39,6 +39,7 @@ from taugrid.manifests.workloads import (
     CodeFetch,
     JobInput,
     ObjectSync,
+    PodReport,
     RunStorage,
     SecretRef,
     job_name,
@@ -254,6 +255,12 @@ def attempt_input(
             claim=placement.storage_claim, sub_path=f"runs/{ident.run_id}", mount=RUN_MOUNT
         ),
         object_sync=_object_sync(placement.storage, ident, target),
+        report=PodReport(
+            helper_image=target.helper_image,
+            url=f"{target.server_url.rstrip('/')}/api/v1/runs/{ident.run_id}/attempts/{ident.attempt}",
+            token_secret=token_secret_name(name),
+            checkpoints=placement.storage_claim is not None,
+        ),
     )
 
 
@@ -284,10 +291,13 @@ def token_secret_name(job: str) -> str:
     return f"{job}-code"
 
 
-def render_attempt(inp: JobInput, token: str | None = None) -> list[dict[str, Any]]:
-    """Every object of one attempt, in creation order: the code token's Secret, then the
-    Service of an Indexed Job, then the workload object. Without ``token`` (a dry run)
-    the Secret holds a placeholder: the real one is issued when the attempt launches."""
+def render_attempt(
+    inp: JobInput, token: str | None = None, report_token: str | None = None
+) -> list[dict[str, Any]]:
+    """Every object of one attempt, in creation order: the Secret of its code token (key
+    ``token``) and report token (``report``), then the Service of an Indexed Job, then the
+    workload object. Without tokens (a dry run) the Secret holds placeholders: the real
+    ones are issued when the attempt launches."""
     if inp.launcher == "ray":
         workload = [render_rayjob(inp)]
     elif inp.launcher == "torchrun" or inp.nodes > 1:
@@ -306,7 +316,10 @@ def render_attempt(inp: JobInput, token: str | None = None) -> list[dict[str, An
                     "labels": {**labels(inp), **MANAGED_BY},
                 },
                 "type": "Opaque",
-                "stringData": {"token": token if token is not None else TOKEN_PLACEHOLDER},
+                "stringData": {
+                    "token": token if token is not None else TOKEN_PLACEHOLDER,
+                    "report": report_token if report_token is not None else TOKEN_PLACEHOLDER,
+                },
             }
         )
     return objects + workload

@@ -35,6 +35,7 @@ a name that is a DNS-1035 label of at most 47 characters (the operator's rule).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import re
 import shlex
@@ -115,6 +116,21 @@ class ObjectSync:
 
 
 @dataclass(frozen=True)
+class PodReport:
+    """The native sidecar that tells the server what only the pod sees
+    (``taugrid.podreport``): the attempt's metrics lines and, on a workspace's PVC, the
+    checkpoints with their verdict. It reads the run's volume read-only and holds the
+    attempt's report token (key ``report`` of the attempt's Secret), which the workload's
+    container never gets. In rank 0's pod it speaks; in the others it only waits."""
+
+    helper_image: str
+    url: str  # the server's /api/v1/runs/<run>/attempts/<k>
+    token_secret: str
+    checkpoints: bool  # a PVC: the server cannot list them itself
+    interval_s: int = 5
+
+
+@dataclass(frozen=True)
 class JobInput:
     run_id: str
     attempt: int
@@ -143,6 +159,7 @@ class JobInput:
     storage: RunStorage | None = None
     setup: str | None = None  # a shell command run before the command, in the same container
     object_sync: ObjectSync | None = None  # with storage: the run's files in a bucket
+    report: PodReport | None = None  # with storage: metrics and checkpoints to the server
 
 
 def job_name(run_id: str, attempt: int) -> str:
@@ -317,6 +334,8 @@ def _pod_spec(inp: JobInput) -> dict[str, Any]:
         pod["initContainers"] = [_fetch_code(inp.code, inp.workdir)]
     if inp.object_sync is not None and inp.storage is not None:
         pod.setdefault("initContainers", []).extend(_object_sync(inp, inp.object_sync))
+    if inp.report is not None and inp.storage is not None:
+        pod.setdefault("initContainers", []).append(_reporter(inp, inp.report))
     if inp.node_affinity:
         pod["affinity"] = {
             "nodeAffinity": {
@@ -439,6 +458,33 @@ def _object_sync(inp: JobInput, sync: ObjectSync) -> list[dict[str, Any]]:
     return out
 
 
+REPORT_CONTAINER = "report"
+
+
+def _reporter(inp: JobInput, report: PodReport) -> dict[str, Any]:
+    assert inp.storage is not None
+    env: list[dict[str, Any]] = [
+        {"name": "TAU_REPORT_URL", "value": report.url},
+        {
+            "name": "TAU_REPORT_TOKEN",
+            "valueFrom": {"secretKeyRef": {"name": report.token_secret, "key": "report"}},
+        },
+        {"name": "TAU_METRICS_FILE", "value": inp.env["TAU_METRICS_FILE"]},
+        {"name": "TAU_REPORT_INTERVAL", "value": str(report.interval_s)},
+    ]
+    if report.checkpoints:
+        env += [
+            {"name": "TAU_CHECKPOINT_DIR", "value": inp.env["TAU_CHECKPOINT_DIR"]},
+            {"name": "TAU_REPORT_CHECKPOINTS", "value": "1"},
+        ]
+    mount: dict[str, Any] = {"name": RUN_VOLUME, "mountPath": inp.storage.mount, "readOnly": True}
+    if inp.storage.claim is not None:
+        mount["subPath"] = inp.storage.sub_path
+    sidecar = _helper(REPORT_CONTAINER, report.helper_image, env, [mount])
+    sidecar["restartPolicy"] = "Always"  # a native sidecar: it runs beside the workload
+    return sidecar
+
+
 def _helper(
     name: str, image: str, env: list[dict[str, Any]], mounts: list[dict[str, Any]]
 ) -> dict[str, Any]:
@@ -552,7 +598,8 @@ def render_rayjob(inp: JobInput) -> dict[str, Any]:
                     "rayStartParams": {},
                     "template": {
                         "metadata": {"labels": own},
-                        "spec": _ray_pod(inp, "ray-worker"),
+                        # The head's sidecar reports: the driver runs there.
+                        "spec": _ray_pod(dataclasses.replace(inp, report=None), "ray-worker"),
                     },
                 }
             ],

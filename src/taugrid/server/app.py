@@ -48,6 +48,7 @@ from taugrid.server.identity_service import IdentityService
 from taugrid.server.info_routes import router as info_router
 from taugrid.server.oidc import SESSION_COOKIE, oidc_login
 from taugrid.server.oidc_routes import router as oidc_router
+from taugrid.server.pod_reports import router as reports_router
 from taugrid.server.queueing import Machine, Queueing
 from taugrid.server.request_guard import RequestGuard, bounded_json
 from taugrid.server.routes import router
@@ -132,6 +133,7 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
         app.state.token = token
         app.state.code_key = code_key
         app.state.artifacts = artifacts
+        app.state.pod_reports = kube.reports if kube else None  # server.pod_reports
         # What the mode accepts (spec/modes.py): GET /api/v1/server and every submit.
         caps = app.state.capabilities = executor.capabilities
         app.state.identity = identity
@@ -212,6 +214,7 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
     app.include_router(info_router, dependencies=[Depends(require_token)])
     app.include_router(oidc_router, dependencies=[Depends(bounded_json)])  # login: no token yet
     app.include_router(code_router)  # pods: their attempt's code token, checked by the route
+    app.include_router(reports_router, dependencies=[Depends(bounded_json)])  # report token
     return app
 
 

@@ -22,12 +22,19 @@ from taugrid.executors.kubernetes.executor import KubernetesExecutor
 from taugrid.executors.kubernetes.lightkube_client import LightkubeClient
 from taugrid.executors.kubernetes.logs import KubeLogSource, PodLogArchiver
 from taugrid.executors.kubernetes.policy_sync import KubePolicyTarget
+from taugrid.executors.kubernetes.reported import ReportedFiles
 from taugrid.executors.kubernetes.secrets import KubeSecretStore
-from taugrid.manifests.plan import DEFAULT_HELPER_IMAGE, DEFAULT_SERVER_URL, ClusterTarget
+from taugrid.manifests.plan import (
+    DEFAULT_HELPER_IMAGE,
+    DEFAULT_SERVER_URL,
+    RUN_MOUNT,
+    ClusterTarget,
+)
 from taugrid.policy import load_policy_text
 from taugrid.policy.models import Policy
 from taugrid.ports.artifacts import ArtifactStore
 from taugrid.ports.logs import LogSource
+from taugrid.ports.pod_reports import PodReportSink
 from taugrid.ports.policy_target import PolicyTarget
 from taugrid.server.settings import ServerSettings
 
@@ -52,6 +59,7 @@ class ClusterAdapters:
     executor: KubernetesExecutor
     admission: KueueAdmissionSource
     artifacts: ArtifactStore
+    reports: PodReportSink  # what the pods' reporting sidecars send (server.pod_reports)
     secrets: KubeSecretStore
     logs: LogSource
     policy_target: PolicyTarget
@@ -128,18 +136,21 @@ def cluster_adapters(
         positions_every_s=settings.kueue_positions_s,
     )
 
+    artifacts = PodArtifacts(
+        local.artifacts,
+        ReportedFiles(settings.home / "kubernetes" / "reports", f"{RUN_MOUNT}/checkpoints"),
+        client=client,
+        policy=policy,
+        workspace_of=workspace_of,
+        namespace_of=namespace_of,
+    )
     return ClusterAdapters(
         client=client,
         target=target,
         executor=executor,
         admission=executor.admission,
-        artifacts=PodArtifacts(
-            local.artifacts,
-            client=client,
-            policy=policy,
-            workspace_of=workspace_of,
-            namespace_of=namespace_of,
-        ),
+        artifacts=artifacts,
+        reports=artifacts,
         secrets=KubeSecretStore(client, namespace_of),
         logs=KubeLogSource(settings.runs_dir),
         policy_target=KubePolicyTarget(client, target),

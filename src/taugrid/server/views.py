@@ -4,6 +4,7 @@ Routes translate HTTP to these; they build no model of their own."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -70,8 +71,36 @@ def run_row(svc: RunService, r: Row) -> RunOut:
         experiment=ExperimentOut(**r["experiment"]) if r.get("experiment") else None,
         metrics_last=MetricsLast(**r["metrics_last"]) if r.get("metrics_last") else None,
         restarts=r.get("restarts") or 0,
-        progress=svc.engine.progress.get(r["id"]) if r["state"] in ACTIVE else None,
+        progress=progress_words(
+            svc.engine.progress.get(r["id"]) if r["state"] in ACTIVE else None,
+            r["state"],
+            r.get("metrics_last"),
+        ),
     )
+
+
+def progress_words(
+    detail: str | None, state: str, metrics_last: dict[str, Any] | None, now: float | None = None
+) -> str | None:
+    """Where an attempt stands (the executor's words), and for a running one whether it
+    progresses: running is not progressing, and only the workload's latest logged step
+    says that it does."""
+    if detail is None or state != "RUNNING":
+        return detail
+    if not metrics_last or metrics_last.get("time") is None:
+        return f"{detail}; no metric logged yet"
+    age = max(0.0, (time.time() if now is None else now) - float(metrics_last["time"]))
+    step = metrics_last.get("step")
+    what = f"step {step}" if step is not None else "a metric"
+    return f"{detail}; progressing: {what} logged {_ago(age)}"
+
+
+def _ago(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s ago"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min ago"
+    return f"{seconds / 3600:.1f} h ago"
 
 
 def run_detail(svc: RunService, r: Row) -> RunDetail:

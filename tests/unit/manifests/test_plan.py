@@ -232,9 +232,10 @@ def test_storage_the_environment_and_resume_point_inside_the_pod() -> None:
 def test_the_code_arrives_by_an_init_container_with_the_attempts_token() -> None:
     objs = objects(spec())
     secret = by_kind(objs, "Secret")
-    assert secret["stringData"] == {"token": TOKEN_PLACEHOLDER}  # a dry run issues none
+    # A dry run issues no token.
+    assert secret["stringData"] == {"token": TOKEN_PLACEHOLDER, "report": TOKEN_PLACEHOLDER}
     pod = pod_of(objs)
-    (fetch,) = pod["initContainers"]
+    fetch, _report = pod["initContainers"]
     env = {e["name"]: e for e in fetch["env"]}
     assert env["TAU_SNAPSHOT_URL"]["value"] == f"https://tau.example.org/api/v1/snapshots/{DIGEST}"
     assert env["TAU_SNAPSHOT_SHA256"]["value"] == DIGEST
@@ -254,8 +255,36 @@ def test_the_code_arrives_by_an_init_container_with_the_attempts_token() -> None
             TARGET,
         ),
         token="t0ken",
+        report_token="rep0rt",
     )
-    assert by_kind(issued, "Secret")["stringData"] == {"token": "t0ken"}
+    assert by_kind(issued, "Secret")["stringData"] == {"token": "t0ken", "report": "rep0rt"}
+
+
+def test_the_reporting_sidecar_holds_the_report_token_and_the_workload_does_not() -> None:
+    pod = pod_of(objects(spec()))
+    report = next(c for c in pod["initContainers"] if c["name"] == "report")
+    assert report["restartPolicy"] == "Always"  # a native sidecar beside the workload
+    assert report["command"] == ["python", "-m", "taugrid.podhelper", "report"]
+    env = {e["name"]: e for e in report["env"]}
+    assert env["TAU_REPORT_URL"]["value"] == (
+        "https://tau.example.org/api/v1/runs/train-x7k2p/attempts/0"
+    )
+    assert env["TAU_REPORT_TOKEN"]["valueFrom"]["secretKeyRef"]["key"] == "report"
+    assert env["TAU_METRICS_FILE"]["value"] == "/tau/run/attempts/0/metrics.jsonl"
+    # The run's volume, read-only, at the workload's own path (the PVC's run directory).
+    (mount,) = report["volumeMounts"]
+    assert mount["readOnly"] is True and mount["mountPath"] == "/tau/run"
+    assert mount["subPath"] == "runs/train-x7k2p"
+    assert env["TAU_REPORT_CHECKPOINTS"]["value"] == "1"  # a PVC: the server cannot look
+    workload = pod["containers"][0]
+    assert not any(
+        (e.get("valueFrom") or {}).get("secretKeyRef", {}).get("key") == "report"
+        for e in workload["env"]
+    )
+    # Without a PVC (an emptyDir) the checkpoints die with the pod: metrics only.
+    nlp = pod_of(objects(spec(workspace="nlp")))
+    nlp_env = {e["name"] for c in nlp["initContainers"] if c["name"] == "report" for e in c["env"]}
+    assert "TAU_METRICS_FILE" in nlp_env and "TAU_REPORT_CHECKPOINTS" not in nlp_env
 
 
 def test_setup_runs_first_and_the_argv_passes_through_untouched() -> None:

@@ -77,8 +77,8 @@ def test_every_shape_validates_strictly(fields: dict[str, Any], resume: str | No
 def test_the_pod_fetches_then_syncs_beside_the_workload_on_an_empty_dir() -> None:
     pod = pod_of(objects(resume="step-0000000400"))
     names = [c["name"] for c in pod["initContainers"]]
-    assert names == ["fetch-code", "fetch-resume", "sync-checkpoints"]
-    fetch, sidecar = pod["initContainers"][1:]
+    assert names == ["fetch-code", "fetch-resume", "sync-checkpoints", "report"]
+    fetch, sidecar = pod["initContainers"][1:3]
     assert "restartPolicy" not in fetch and sidecar["restartPolicy"] == "Always"
     assert {"name": "run-data", "emptyDir": {}} in pod["volumes"]
     for c in (fetch, sidecar, pod["containers"][0]):
@@ -97,14 +97,14 @@ def test_the_pod_fetches_then_syncs_beside_the_workload_on_an_empty_dir() -> Non
 
 
 def test_credentials_come_from_the_secret_by_reference_only() -> None:
-    for c in pod_of(objects(resume="step-0000000400"))["initContainers"][1:]:
+    for c in pod_of(objects(resume="step-0000000400"))["initContainers"][1:3]:
         creds = {e["name"]: e for e in c["env"] if e["name"].startswith("AWS_")}
         assert set(creds) == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
         for name, e in creds.items():
             assert "value" not in e
             assert e["valueFrom"] == {"secretKeyRef": {"name": "speech-s3", "key": name}}
     # Without a Secret the pod's own identity is used: no AWS_ variable, no endpoint.
-    sidecar = pod_of(objects("ambient"))["initContainers"][-1]
+    sidecar = pod_of(objects("ambient"))["initContainers"][-2]
     names = {e["name"] for e in sidecar["env"]}
     assert not any(n.startswith("AWS_") for n in names) and "TAU_STORAGE_ENDPOINT" not in names
 
@@ -113,6 +113,7 @@ def test_a_fresh_start_has_no_download_and_every_ray_pod_syncs() -> None:
     assert [c["name"] for c in pod_of(objects())["initContainers"]] == [
         "fetch-code",
         "sync-checkpoints",
+        "report",
     ]
     (ray,) = objects(launcher="ray", nodes=2)[1:]
     cluster = ray["spec"]["rayClusterSpec"]
@@ -120,4 +121,7 @@ def test_a_fresh_start_has_no_download_and_every_ray_pod_syncs() -> None:
         g["template"]["spec"] for g in cluster["workerGroupSpecs"]
     ]
     for pod in pods:
-        assert pod["initContainers"][-1]["name"] == "sync-checkpoints"
+        assert "sync-checkpoints" in [c["name"] for c in pod["initContainers"]]
+    # The Ray driver runs on the head: its pod alone reports the metrics.
+    assert [c["name"] for c in pods[0]["initContainers"]][-1] == "report"
+    assert all("report" not in [c["name"] for c in p["initContainers"]] for p in pods[1:])

@@ -2,11 +2,15 @@
 
 Code snapshots stay on the server (``inner``, the store that received the uploads), and
 pods fetch them from its snapshot endpoint. A run's checkpoints, outputs and metrics
-live where its pods write them: the workspace's PVC, mounted in the pods at ``/tau/run``
-(``manifests.plan.RUN_MOUNT``), which the server does not mount. So the workload's
-paths are the pod's, and the server sees no checkpoint of its own: the attempt's SDK
-then chooses the resume point in the pod, as it does locally when none is given (the
-newest checkpoint whose every file verifies).
+live where its pods write them, mounted in the pods at ``/tau/run``
+(``manifests.plan.RUN_MOUNT``), which the server does not mount: the workload's paths
+are the pod's. What the server knows of them it is told by each attempt's reporting
+sidecar (``taugrid.podreport``, through ``server.pod_reports``) and keeps in
+``ReportedFiles``: the metrics lines, read back as a local run's are, and for a
+workspace's PVC the checkpoints the pod sees with its verdict after hashing each one,
+from which the resume point is chosen (``TAU_RESUME_FROM``, verified again by the SDK
+in the next pod before it loads). Their bytes stay on the volume: the server cannot
+serve a PVC's checkpoint files or outputs.
 
 A workspace whose ``storage.url`` is object storage is readable here: its runs'
 checkpoints and outputs are answered by ``executors.objectstore`` with the SDK's own
@@ -23,6 +27,7 @@ from collections.abc import Callable
 
 from taugrid.errors import NotFound
 from taugrid.executors.kubernetes.client import KubeClient, ObjectRef
+from taugrid.executors.kubernetes.reported import ReportedFiles
 from taugrid.executors.objectstore.reader import ObjectStoreArtifacts
 from taugrid.manifests.plan import RUN_MOUNT
 from taugrid.objfs import Location
@@ -35,12 +40,14 @@ from taugrid.ports.artifacts import (
     WorkloadPaths,
 )
 from taugrid.ports.executor import AttemptKey
+from taugrid.ports.pod_reports import ReportedCheckpoint
 
 
 class PodArtifacts:
     def __init__(
         self,
         inner: ArtifactStore,
+        reports: ReportedFiles,
         *,
         client: KubeClient | None = None,
         policy: Callable[[], Policy] | None = None,
@@ -48,6 +55,7 @@ class PodArtifacts:
         namespace_of: Callable[[str], str] = lambda workspace: workspace,
     ) -> None:
         self.inner = inner
+        self.reports = reports
         self._client = client
         self._policy = policy
         self._workspace_of = workspace_of  # a run's workspace (the store)
@@ -64,13 +72,15 @@ class PodArtifacts:
 
     def checkpoints(self, run_id: str, *, full: bool = False) -> list[CheckpointInfo]:
         reader = self._reader(run_id)
-        return reader.checkpoints(run_id, full=full) if reader else []
+        return reader.checkpoints(run_id, full=full) if reader else self.reports.checkpoints(run_id)
 
     def resume_point(
         self, run_id: str, *, fault_at: float | None = None
     ) -> tuple[CheckpointInfo | None, list[CheckpointInfo]]:
         reader = self._reader(run_id)
-        return reader.resume_point(run_id, fault_at=fault_at) if reader else (None, [])
+        if reader is not None:
+            return reader.resume_point(run_id, fault_at=fault_at)
+        return self.reports.resume_point(run_id, fault_at=fault_at)
 
     def open_checkpoint_file(self, run_id: str, step: int, rel: str) -> OpenedFile:
         reader = self._reader(run_id)
@@ -91,7 +101,14 @@ class PodArtifacts:
         return reader.open_output(run_id, rel)
 
     def read_metrics(self, key: AttemptKey, offset: int, limit: int) -> bytes:
-        return b""
+        return self.reports.read_metrics(key, offset, limit)
+
+    # -- what the pods report (ports.pod_reports.PodReportSink) ---------------------------
+    def append_metrics(self, key: AttemptKey, offset: int, data: bytes) -> int:
+        return self.reports.append_metrics(key, offset, data)
+
+    def put_checkpoints(self, key: AttemptKey, entries: list[ReportedCheckpoint]) -> None:
+        self.reports.put_checkpoints(key, entries)
 
     def _reader(self, run_id: str) -> ObjectStoreArtifacts | None:
         """The object-storage reader of the run's workspace; None for a PVC (or none)."""
@@ -142,4 +159,5 @@ class PodArtifacts:
         return None  # nothing is unpacked on the server
 
     def remove_run(self, run_id: str) -> bool:
-        return self.inner.remove_run(run_id)
+        reported = self.reports.remove_run(run_id)
+        return self.inner.remove_run(run_id) or reported

@@ -68,6 +68,9 @@ log = logging.getLogger("taugrid.kubernetes")
 # A queued attempt's objects exist before admission, and its code is fetched only once
 # Kueue admits it: the token must outlive a long queue.
 CODE_TOKEN_TTL_S = 14 * 24 * 3600.0
+# The report token must outlive the attempt: the queue, then the run's own time limit
+# (or a month, without one), then the sidecar's last words.
+REPORT_TOKEN_TTL_S = 30 * 24 * 3600.0
 SCHEME = "k8s://"
 CREATE_TRIES = 6
 RESUME_ENV = "TAU_RESUME_FROM"
@@ -173,7 +176,11 @@ class KubernetesExecutor:
             self._clock(),
             ttl_s=CODE_TOKEN_TTL_S,
         )
-        objects = render_attempt(inp, token)
+        report_ttl = CODE_TOKEN_TTL_S + (inp.timeout_s or REPORT_TOKEN_TTL_S) + 3600.0
+        report = code_tokens.issue_report(
+            self._code_key, req.run_id, req.attempt, self._clock(), ttl_s=report_ttl
+        )
+        objects = render_attempt(inp, token, report)
         made: list[ObjectRef] = []
         try:
             for obj in objects:
