@@ -44,7 +44,12 @@ from s3server import S3Server, s3  # noqa: F401  (s3: the fixture; moto's S3 API
 from servicecheck import require_service
 from taugrid import __version__
 from taugrid.manifests.plan import DEFAULT_HELPER_IMAGE, DEFAULT_SERVER_URL
-from taugrid.manifests.workloads import DEFAULT_UID, FETCH_CONTAINER, SYNC_CONTAINER
+from taugrid.manifests.workloads import (
+    DEFAULT_UID,
+    FETCH_CONTAINER,
+    REPORT_CONTAINER,
+    SYNC_CONTAINER,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "Dockerfile"
@@ -448,7 +453,7 @@ def rendered_helpers(installed: Installed, tmp_path: Path, bucket: str) -> list[
     assert done.returncode == 0, done.stderr
     (job,) = [o for o in yaml.safe_load_all(done.stdout) if o and o["kind"] == "Job"]
     helpers = job["spec"]["template"]["spec"]["initContainers"]
-    assert {h["name"] for h in helpers} >= {FETCH_CONTAINER, SYNC_CONTAINER}
+    assert {h["name"] for h in helpers} >= {FETCH_CONTAINER, SYNC_CONTAINER, REPORT_CONTAINER}
     for helper in helpers:
         assert helper["image"] == DEFAULT_HELPER_IMAGE  # this image
     return helpers
@@ -478,6 +483,70 @@ class _SnapshotHandler(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, *args: object) -> None:
         pass
+
+
+class _ReportHandler(http.server.BaseHTTPRequestHandler):
+    """The server's metrics route as the sidecar sees it: appends by offset."""
+
+    received = bytearray()
+    token = ""
+
+    def do_POST(self) -> None:
+        if self.headers.get("Authorization") != f"Bearer {self.token}":
+            self.send_error(401)
+            return
+        offset = int(urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query)["offset"][0])
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if offset <= len(self.received):
+            self.received += body[len(self.received) - offset :]
+        answer = json.dumps({"size": len(self.received)}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_the_report_sidecar_runs_from_the_image(installed: Installed, tmp_path: Path) -> None:
+    helpers = {h["name"]: h for h in rendered_helpers(installed, tmp_path, "bucket")}
+    report = helpers[REPORT_CONTAINER]
+    metrics = tmp_path / "run" / "attempts" / "0" / "metrics.jsonl"
+    metrics.parent.mkdir(parents=True)
+    metrics.write_text('{"step": 1, "time": 1.0, "values": {"loss": 0.5}}\n')
+    _ReportHandler.token = "report-token"
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ReportHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    env = plain_env(
+        report,
+        TAU_REPORT_URL=f"http://127.0.0.1:{server.server_port}/api/v1/runs/r/attempts/0",
+        TAU_REPORT_TOKEN="report-token",
+        TAU_METRICS_FILE=str(metrics),
+        TAU_REPORT_INTERVAL="0.2",
+    )
+    proc = subprocess.Popen(
+        installed.resolve(report["command"]),  # type: ignore[arg-type]
+        env={**installed.env, **env},
+        cwd=installed.workdir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and b"loss" not in _ReportHandler.received:
+            time.sleep(0.1)
+        with metrics.open("a") as f:  # the workload's last line, sent on SIGTERM
+            f.write('{"step": 2, "time": 2.0, "values": {"loss": 0.25}}\n')
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+        server.shutdown()
+        server.server_close()
+    assert proc.returncode == 0, out
+    assert bytes(_ReportHandler.received) == metrics.read_bytes(), out
 
 
 def test_pod_helpers_run_from_the_image(installed: Installed, tmp_path: Path, s3: S3Server) -> None:  # noqa: F811
