@@ -74,13 +74,15 @@ def log_metrics(path: Path, *steps: int) -> None:
             )
 
 
-def reporter(cluster: KueuePlayer, tau: Tau, pod: Any, volume: Path) -> subprocess.Popen[str]:
+def reporter(
+    cluster: KueuePlayer, tau: Tau, pod: Any, volume: Path, **env: str
+) -> subprocess.Popen[str]:
     return cluster.run_helper(
         pod,
         "report",
         volumes={"/tau/run": volume},
         server_url=tau.server_info()["url"],
-        env={"TAU_REPORT_INTERVAL": "0.1"},
+        env={"TAU_REPORT_INTERVAL": "0.1", **env},
     )
 
 
@@ -203,25 +205,13 @@ def test_another_ranks_sidecar_waits_and_a_refused_token_is_said_once(
     volume = tmp_path / "vol"
     log_metrics(volume / "attempts" / "0" / "metrics.jsonl", 1)
     # Rank 1's pod of an Indexed Job: it sends nothing and exits when stopped.
-    rank1 = cluster.run_helper(
-        pod,
-        "report",
-        volumes={"/tau/run": volume},
-        server_url=tau.server_info()["url"],
-        env={"TAU_REPORT_INTERVAL": "0.1", "JOB_COMPLETION_INDEX": "1"},
-    )
+    rank1 = reporter(cluster, tau, pod, volume, JOB_COMPLETION_INDEX="1")
     time.sleep(1.0)
     assert rank1.poll() is None  # a native sidecar that exits would be restarted
     stop(rank1)
     assert metric_steps(tau, run_id, 0) == []
     # A token that is not the attempt's: refused, said once, and the sidecar carries on.
-    forged = cluster.run_helper(
-        pod,
-        "report",
-        volumes={"/tau/run": volume},
-        server_url=tau.server_info()["url"],
-        env={"TAU_REPORT_INTERVAL": "0.1", "TAU_REPORT_TOKEN": "tau-report.x.y"},
-    )
+    forged = reporter(cluster, tau, pod, volume, TAU_REPORT_TOKEN="tau-report.x.y")
     time.sleep(1.0)
     assert forged.poll() is None
     out = stop(forged)
