@@ -56,7 +56,7 @@ class Scope(StrEnum):
     NODE = "node"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Decision:
     level: Level
     action: str
@@ -81,7 +81,7 @@ class Decision:
         return "node" if self.level is Level.L3 else "none"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Track:
     """What the classifier remembers of one GPU (or of a node: ``gpu_uuid`` "")."""
 
@@ -97,7 +97,7 @@ Key = tuple[str, str]  # (node, gpu_uuid); gpu_uuid "" for the node itself
 EMPTY = Track()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ClassifierState:
     tracks: Mapping[Key, Track] = field(default_factory=dict)
 
@@ -173,11 +173,25 @@ def step(
         )
         return {}, [dup]
     acted = {**track.acted, key: (obs.at, obs.source)}
-    track = replace(track, acted=acted, standing=max(track.standing, level))
+    t = track  # built directly: dataclasses.replace costs as much as the rest of a step
+    track = Track(max(t.standing, level), acted, t.fatal_at, t.repeats, t.dbe_at, t.remap_at)
     pending = [(level, action, scope, reason)]
     if obs.kind is Kind.XID and obs.xid is not None:
         track, escalations = _escalate(track, obs.xid, obs.at, level, rules)
         pending += escalations
+    if len(pending) == 1 and (scope is Scope.GPU or not obs.gpu_uuid):  # the common case
+        d = Decision(
+            level,
+            action,
+            scope,
+            obs.node,
+            obs.gpu_uuid,
+            reason,
+            obs.at,
+            track.standing,
+            rma_candidate=level is Level.L4,
+        )
+        return {gkey: track}, [d]
     node_track: Track | None = None
     decisions: list[Decision] = []
     for i, (lvl, act, scp, why) in enumerate(pending):

@@ -64,7 +64,7 @@ def recovery_action(value: object) -> RecoveryAction:
     raise InvalidObservation(f"recovery action {value!r} is none of {names} (or 0..4)")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Observation:
     kind: Kind
     gpu_uuid: str  # "" only for a node reading (NODE_KINDS)
