@@ -8,9 +8,10 @@ tests are deterministic, and no clock is read here.
 What one observation yields (in order): its own decision, then escalations, each a
 :class:`Decision` with the level, the action in words and the reason.
 
-* **Dedup.** An event identical to one already acted on -- the same GPU (or node), kind
-  and Xid -- within ``dedup_s`` (3 min) of it, or the same Xid from another source
-  within ``cross_source_s``, yields exactly one decision marked ``duplicate=True`` and
+* **Dedup.** An event identical to one already acted on -- the same GPU (or node), kind,
+  Xid and level (so a reading that turns worse is never a duplicate) -- within
+  ``dedup_s`` (3 min) of it, or the same Xid from another source within
+  ``cross_source_s``, yields exactly one decision marked ``duplicate=True`` and
   leaves the state as it was: it is not counted toward an RMA and it escalates nothing.
   Duplicates are returned (not dropped) so a caller can count them; an actuator acts on
   decisions whose ``duplicate`` is False. The window runs from the last event acted on,
@@ -155,7 +156,9 @@ def step(
     track = get(gkey) or EMPTY
     level, action, reason = _base(obs, rules)
     scope = Scope.NODE if level >= Level.L3 or not obs.gpu_uuid else Scope.GPU
-    key = f"{obs.kind}:{obs.xid}" if obs.kind is Kind.XID else str(obs.kind)
+    # The level is part of what makes two events identical: an ECC delta of 0 and then
+    # of 3, or the recovery action NONE and then GPU_RESET, are a change, not a repeat.
+    key = f"{obs.kind}:{obs.xid}:{level:d}"
     prev = track.acted.get(key)
     if prev is not None and _duplicate(prev, obs, rules):
         stand = _standing(get, obs, track, scope)

@@ -130,6 +130,23 @@ def test_the_window_runs_from_the_last_event_acted_on() -> None:
     assert [d.duplicate for (d,) in out] == [False, True, True, False, True]
 
 
+def test_a_reading_that_turns_worse_is_not_a_duplicate() -> None:
+    def ecc(at: float, delta: int) -> Observation:
+        return Observation(Kind.ECC_DBE, GPU, NODE, at, value=delta)
+
+    def ra(at: float, action: str) -> Observation:
+        return Observation(Kind.RECOVERY_ACTION, GPU, NODE, at, value=action)
+
+    out = run([ecc(0.0, 0), ecc(15.0, 3), ecc(30.0, 5)])
+    assert [(d.level, d.duplicate) for (d,) in out] == [
+        (Level.L0, False), (Level.L2, False), (Level.L2, True),
+    ]  # fmt: skip
+    out = run([ra(0.0, "NONE"), ra(15.0, "GPU_RESET"), ra(30.0, "DRAIN_AND_RESET")])
+    assert [(d.level, d.duplicate) for (d,) in out] == [
+        (Level.L0, False), (Level.L2, False), (Level.L2, True),
+    ]  # fmt: skip
+
+
 def test_different_gpus_kinds_and_xids_are_not_duplicates() -> None:
     events = [
         xid(46, 0.0),

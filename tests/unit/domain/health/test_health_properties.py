@@ -66,10 +66,10 @@ def test_dedup_never_acts_twice_on_one_event_within_the_window(
 ) -> None:
     rules = HealthRules()
     c = Classifier(rules)
-    acted: dict[tuple[str, str, Kind, int | None], float] = {}
+    acted: dict[tuple[str, str, Kind, int | None, Level], float] = {}
     for obs in events:
         base = c.observe(obs)[0]
-        key = (obs.node, obs.gpu_uuid, obs.kind, obs.xid)
+        key = (obs.node, obs.gpu_uuid, obs.kind, obs.xid, base.level)
         if not base.duplicate:
             if key in acted:
                 assert obs.at - acted[key] > rules.dedup_s
