@@ -23,7 +23,8 @@ def postgres_url() -> str:
         with eng.begin() as conn:
             conn.exec_driver_sql(
                 "DROP TABLE IF EXISTS snapshot_workspaces, audit, memberships, tokens, "
-                "workspaces, users, attempts, events, runs, policies, alembic_version"
+                "workspaces, users, attempts, events, runs, policies, gpu_health, health_events, "
+                "alembic_version"
             )
         eng.dispose()
     except Exception as exc:

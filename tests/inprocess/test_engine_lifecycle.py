@@ -132,8 +132,8 @@ def test_a_hardware_stop_restarts_as_hardware_from_a_checkpoint_before_the_fault
     assert world.engine.request_stop(rid, StopReason.HARDWARE, "Xid 79", fault_at=fault_at)
     world.step()
     assert world.executor.attempts[first_key].stops == [StopReason.HARDWARE]
-    run = world.run(rid)  # stopped, restarted (backoff 0) and admitted again in one pass
-    assert run["state"] == "ADMITTED" and run["restarts"] == 1
+    run = world.run(rid)  # stopped, restarted (no backoff) and admitted again in one pass
+    assert run["state"] == "ADMITTED" and run["restarts"] == 0  # none of max used
     first = world.store.attempts(rid)[0]
     assert first["failure_class"] == "hardware" and first["reason"] == "GpuFault"
     assert first["fault_at"] == fault_at and first["stop_reason"] == "hardware"
@@ -156,11 +156,25 @@ def test_a_workload_that_crashes_on_the_fault_is_still_a_hardware_failure(world:
     world.executor.exit(world.key(rid), 134, signal=6)  # CUDA aborted before the SIGTERM
     world.step()
     assert world.store.attempts(rid)[0]["failure_class"] == "hardware"
-    assert world.run(rid)["restarts"] == 1
+    assert world.run(rid)["restarts"] == 0 and world.run(rid)["attempt_count"] == 2
 
 
-def test_hardware_without_restarts_fails_as_a_gpu_fault_not_the_users_error(world: World) -> None:
-    rid = world.submit()
+def test_hardware_restarts_even_with_no_restarts_allowed(world: World) -> None:
+    rid = world.submit()  # restart.max 0, on every group (the defaults)
+    world.step()
+    world.executor.start(world.key(rid))
+    world.step()
+    world.engine.request_stop(rid, StopReason.HARDWARE, "Xid 79", fault_at=world.clock.now)
+    world.step(2)
+    run = world.run(rid)
+    assert run["attempt_count"] == 2 and run["restarts"] == 0
+    assert world.store.attempts(rid)[0]["reason"] == "GpuFault"
+
+
+def test_hardware_left_out_of_restart_on_fails_as_a_gpu_fault_not_the_users_error(
+    world: World,
+) -> None:
+    rid = world.submit(restart={"max": 3, "on": ["error"]})
     world.step()
     world.executor.start(world.key(rid))
     world.step()

@@ -19,6 +19,7 @@ from taugrid.domain.outcomes import AttemptExit, Verdict, classify_exit
 from taugrid.domain.restarts import (
     FailureClass,
     RestartPolicy,
+    decide_hardware_restart,
     decide_restart,
     failure_class,
     requeue_after_preemption,
@@ -277,9 +278,9 @@ def _hardware(f: AttemptFacts, ex: AttemptExit, now: float) -> _Ended:
     }
     if f.cancel_requested:  # a person asked for it to end: no restart
         return _final(verdict, ex, now, update)
-    decision = decide_restart(f.policy, f.restarts, FailureClass.HARDWARE)
+    decision = decide_hardware_restart(f.policy)
     if decision.restart:
-        return _restart(f, ex, now, verdict, decision.delay_s, decision.why, update)
+        return _restart(f, ex, now, verdict, decision.delay_s, decision.why, update, uses=0)
     verdict = Verdict(verdict.state, verdict.reason, f"{verdict.message}; {decision.why}")
     return _final(verdict, ex, now, {**update, "message": verdict.message})
 
@@ -292,13 +293,15 @@ def _restart(
     delay_s: float,
     why: str,
     update: Mapping[str, Any],
+    *,
+    uses: int = 1,  # of restart.max (a hardware restart uses none)
 ) -> _Ended:
     step = Step(
         S.RESTARTING,
         verdict.reason,
         f"{verdict.message}; {why}",
         fields={
-            "restarts": f.restarts + 1,
+            "restarts": f.restarts + uses,
             "next_attempt_at": now + delay_s,
             "exit_code": ex.exit_code,
             **STOP_CLEARED,

@@ -97,6 +97,19 @@ def decide_restart(policy: RestartPolicy, used: int, cls: FailureClass) -> Resta
     return RestartDecision(True, delay, f"restart {used + 1} of {policy.max} in {_seconds(delay)}")
 
 
+def decide_hardware_restart(policy: RestartPolicy) -> RestartDecision:
+    """A hardware fault is the machine's, not the run's: the faulty GPU is out of service,
+    so the next attempt lands on healthy ones. It restarts at once, uses none of
+    ``restart.max`` (so it never exhausts it by itself, even at the default 0) and waits
+    no backoff, unless ``restart.on`` was written without ``hardware``. It is bounded by
+    the machine: each fault takes a GPU out."""
+    if "hardware" not in policy.on:
+        return RestartDecision(False, 0.0, "restart.on does not include hardware")
+    return RestartDecision(
+        True, 0.0, "restarting on healthy GPUs (a hardware fault uses no restart)"
+    )
+
+
 def requeue_after_preemption(policy: RestartPolicy) -> bool:
     """Preemption is the scheduler's doing, not the run's failure: a preempted run goes
     back to its queue (as in Kueue) without using a restart, unless ``restart.on`` was

@@ -271,8 +271,12 @@ class RunStore:
 
     def gpus_in_use(self) -> set[int]:
         """GPU indices placed on the current attempt of every admitted or running run."""
+        return set(self.gpu_holders())
+
+    def gpu_holders(self) -> dict[int, list[str]]:
+        """GPU index -> the admitted or running runs whose current attempt holds it."""
         q = (
-            select(attempts.c.placement)
+            select(runs.c.id, attempts.c.placement)
             .join(
                 runs,
                 and_(
@@ -281,11 +285,12 @@ class RunStore:
             )
             .where(runs.c.state.in_([RunState.ADMITTED.value, RunState.RUNNING.value]))
         )
-        used: set[int] = set()
+        held: dict[int, list[str]] = {}
         with self.engine.connect() as conn:
-            for (placement,) in conn.execute(q):
-                used.update(placement.get("gpus", []))
-        return used
+            for run_id, placement in conn.execute(q):
+                for index in placement.get("gpus", []):
+                    held.setdefault(int(index), []).append(run_id)
+        return held
 
     def events(self, run_id: str) -> list[Row]:
         q = select(events).where(events.c.run_id == run_id).order_by(events.c.id)

@@ -197,3 +197,39 @@ audit = Table(
     Column("detail", Text, nullable=True),
     Index("ix_audit_at", "at"),
 )
+
+# GPU health (migration 0007): what is out of service and why, and every health event
+# with what was done about it (the audit trail of the monitor: one row per decision).
+gpu_health = Table(
+    "gpu_health",
+    metadata,
+    Column("gpu", String(128), primary_key=True),  # the GPU's UUID
+    Column("node", String(253), nullable=False),  # "local" on one machine
+    Column("gpu_index", Integer, nullable=True),
+    Column("level", Integer, nullable=False),  # the worst level seen (0-5)
+    Column("state", String(16), nullable=False),  # quarantined | returned
+    Column("reason", Text, nullable=False),
+    Column("fault_at", Float, nullable=False),  # the first fault: later checkpoints suspect
+    Column("updated_at", Float, nullable=False),
+    Column("updated_by", String(63), nullable=False),  # the monitor, or who returned it
+)
+
+health_events = Table(
+    "health_events",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("at", Float, nullable=False),  # when the fault was observed
+    Column("recorded_at", Float, nullable=False),
+    Column("node", String(253), nullable=False),
+    Column("gpu", String(128), nullable=True),
+    Column("gpu_index", Integer, nullable=True),
+    Column("source", String(32), nullable=False),  # nvml-event | nvml-poll | kmsg | scripted...
+    Column("kind", String(32), nullable=False),  # xid | ecc_dbe | ... | returned
+    Column("xid", Integer, nullable=True),
+    Column("level", Integer, nullable=False),
+    Column("action", String(32), nullable=False),  # what the level calls for
+    Column("outcome", String(16), nullable=False),  # applied | shadow | duplicate | breaker
+    Column("reason", Text, nullable=False),
+    Column("runs", JSON, nullable=True),  # the run ids stopped for it
+    Index("ix_health_events_at", "at"),
+)

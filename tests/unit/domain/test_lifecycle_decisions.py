@@ -95,7 +95,23 @@ def test_a_hardware_stop_restarts_as_hardware_and_keeps_the_fault_time() -> None
     assert step.attempt_update is not None
     assert step.attempt_update["failure_class"] == "hardware"
     assert step.attempt_update["fault_at"] == 7.5
-    assert step.fields["restarts"] == 1
+    # The machine's fault, not the run's: no restart of max used, no backoff waited.
+    assert step.fields["restarts"] == 0
+    assert step.fields["next_attempt_at"] == 2.0  # when the attempt ended: no backoff
+
+
+def test_a_hardware_stop_restarts_even_with_every_restart_used_unless_on_says_no() -> None:
+    from taugrid.domain.restarts import RestartPolicy
+
+    stop = StopRequest(StopReason.HARDWARE, 9.0, "Xid 79", fault_at=7.5)
+    spent = facts(stop=stop, restarts=3, policy=RestartPolicy(3, frozenset({"hardware"}), 30.0))
+    (step,) = on_observation(spent, ended(AttemptExit("failed", 1)), 10.0).steps
+    assert step.to == S.RESTARTING and step.fields["restarts"] == 3
+    never = facts(stop=stop, policy=RestartPolicy(5, frozenset({"error"}), 30.0))
+    d = on_observation(never, ended(AttemptExit("failed", 1)), 10.0)
+    assert d.steps[-1].to == S.FAILED and "restart.on does not include hardware" in (
+        d.steps[-1].message
+    )
 
 
 def test_a_hardware_stop_after_success_is_a_success() -> None:
