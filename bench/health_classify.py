@@ -16,8 +16,8 @@ Three loops over the same lines, in this process, each timed with ``perf_counter
   it) per line: what any consumer of the records pays.
 * **classify**: the same, then ``Classifier.observe`` (the stateful holder an agent's
   event loop uses).
-* **pure**: the same, then ``classify(state, obs)``, which returns a new state (one copy
-  of the track mapping per event acted on, so it grows with the fleet a state holds).
+* **pure**: the same, then ``classify(state, obs)``, which returns a new state (per
+  event acted on, a copy of the node index, 125 entries here, and of that node's tracks).
 
 ``REPEATS`` rounds, the loops' order rotated each round; headlines are the medians:
 events/s of each loop, classify/parse and pure/parse (1.0 would mean classifying costs

@@ -96,54 +96,72 @@ class Track:
 
 Key = tuple[str, str]  # (node, gpu_uuid); gpu_uuid "" for the node itself
 EMPTY = Track()
+NO_TRACKS: Mapping[str, Track] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
 class ClassifierState:
-    tracks: Mapping[Key, Track] = field(default_factory=dict)
+    # node -> gpu_uuid ("" for the node itself) -> track. Grouped by node so that a step
+    # copies the node index and one node's few tracks, not every track of the fleet.
+    nodes: Mapping[str, Mapping[str, Track]] = field(default_factory=dict)
+
+    def track(self, key: Key) -> Track | None:
+        return self.nodes.get(key[0], NO_TRACKS).get(key[1])
 
     def standing(self, node: str, gpu_uuid: str = "") -> Level:
-        return self.tracks.get((node, gpu_uuid), EMPTY).standing
+        return (self.track((node, gpu_uuid)) or EMPTY).standing
 
 
 def classify(
     state: ClassifierState, obs: Observation, rules: HealthRules | None = None
 ) -> tuple[ClassifierState, list[Decision]]:
     """The decisions ``obs`` calls for and the state after it (``state`` is not changed)."""
-    updates, decisions = step(state.tracks.get, obs, rules or DEFAULT_RULES)
+    updates, decisions = step(state.track, obs, rules or DEFAULT_RULES)
     if not updates:
         return state, decisions
-    return ClassifierState(MappingProxyType({**state.tracks, **updates})), decisions
+    return _updated(state, updates), decisions
 
 
 def release(state: ClassifierState, node: str, gpu_uuid: str = "") -> ClassifierState:
     """The state with a GPU's (or node's) standing back at L0, its history kept: a human
     (L4, L5) or a passed diagnostic (L2, L3) said it may serve again."""
-    track = state.tracks.get((node, gpu_uuid))
+    track = state.track((node, gpu_uuid))
     if track is None:
         return state
-    new = replace(track, standing=Level.L0)
-    return ClassifierState(MappingProxyType({**state.tracks, (node, gpu_uuid): new}))
+    return _updated(state, {(node, gpu_uuid): replace(track, standing=Level.L0)})
+
+
+def _updated(state: ClassifierState, updates: Mapping[Key, Track]) -> ClassifierState:
+    nodes = dict(state.nodes)
+    for (node, gpu), track in updates.items():
+        nodes[node] = MappingProxyType({**nodes.get(node, NO_TRACKS), gpu: track})
+    return ClassifierState(MappingProxyType(nodes))
 
 
 class Classifier:
-    """The same steps over a state it keeps (no copy of every track per event): for an
-    agent's event loop. Its decisions are exactly those of :func:`classify`."""
+    """The same steps over a state it keeps and changes in place (no copy per event): for
+    an agent's event loop. Its decisions are exactly those of :func:`classify`."""
 
     def __init__(self, rules: HealthRules | None = None) -> None:
         self.rules = rules or DEFAULT_RULES
-        self._tracks: dict[Key, Track] = {}
+        self._nodes: dict[str, dict[str, Track]] = {}
+
+    def _track(self, key: Key) -> Track | None:
+        return self._nodes.get(key[0], _NO_GPUS).get(key[1])
 
     def observe(self, obs: Observation) -> list[Decision]:
-        updates, decisions = step(self._tracks.get, obs, self.rules)
-        self._tracks.update(updates)
+        updates, decisions = step(self._track, obs, self.rules)
+        for (node, gpu), track in updates.items():
+            self._nodes.setdefault(node, {})[gpu] = track
         return decisions
 
     @property
     def state(self) -> ClassifierState:
-        return ClassifierState(MappingProxyType(dict(self._tracks)))
+        nodes = {n: MappingProxyType(dict(g)) for n, g in self._nodes.items()}
+        return ClassifierState(MappingProxyType(nodes))
 
 
+_NO_GPUS: dict[str, Track] = {}
 DEFAULT_RULES = HealthRules()
 Lookup = Callable[[Key], Track | None]
 

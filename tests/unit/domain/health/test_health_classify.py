@@ -295,9 +295,9 @@ def test_kind_and_recovery_levels_can_be_overridden() -> None:
 # -- purity and bad input ---------------------------------------------------------------
 def test_classify_does_not_change_the_state_it_is_given() -> None:
     state, _ = classify(ClassifierState(), xid(48, 0.0))
-    before = dict(state.tracks)
+    before = {n: dict(g) for n, g in state.nodes.items()}
     new, _ = classify(state, xid(63, 5.0))
-    assert dict(state.tracks) == before and new is not state
+    assert {n: dict(g) for n, g in state.nodes.items()} == before and new is not state
 
 
 def test_out_of_order_events_are_handled() -> None:

@@ -50,11 +50,11 @@ def sequences(ordered: bool, span_s: float = 3 * 24 * 3600) -> st.SearchStrategy
 def test_standings_never_go_down(events: list[Observation]) -> None:
     state = ClassifierState()
     for obs in events:
-        before = {k: t.standing for k, t in state.tracks.items()}
+        before = {(n, g): t.standing for n, gs in state.nodes.items() for g, t in gs.items()}
         state, decisions = classify(state, obs)
         assert decisions and decisions[0].at == obs.at
         for key, level in before.items():
-            assert state.tracks[key].standing >= level  # an L4 GPU stays at L4 or above
+            assert state.standing(*key) >= level  # an L4 GPU stays at L4 or above
         for d in decisions:
             assert d.standing >= d.level or d.duplicate
 
@@ -84,7 +84,7 @@ def test_the_classifier_and_classify_agree(events: list[Observation]) -> None:
     for obs in events:
         state, expected = classify(state, obs)
         assert c.observe(obs) == expected
-    assert dict(c.state.tracks) == dict(state.tracks)
+    assert c.state == state
 
 
 @settings(max_examples=100, deadline=None)
