@@ -30,6 +30,7 @@ BENCHMARKS = (
     "kube_submit",
     "kube_watch",
     "kube_engine_pass",
+    "health_classify",
 )
 
 

@@ -20,6 +20,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cancel": ("cancel", "Cancel runs: SIGTERM, grace period, then SIGKILL."),
     "get": ("get", "Download the files a run wrote, or a checkpoint."),
     "queues": ("queues", "Show queues: quota, usage, pending and running runs."),
+    "gpus": (
+        "gpus",
+        "Show GPUs: health, what is out of service and why, what runs where.",
+    ),
     "validate": ("validate", "Check a tau.yaml without submitting it."),
     "render": ("render", "Print the Kubernetes objects a run would create."),
     "schema": ("schema", "Print the JSON Schema of tau.yaml."),
@@ -28,6 +32,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "server": ("server", "Start, stop or inspect the local server."),
     "login": ("login", "Log in to a tau server and save it as a context."),
     "context": ("context", "List, show, switch and delete CLI contexts."),
-    "admin": ("admin", "Platform administration: policy, workspaces, users, tokens, audit."),
+    "admin": (
+        "admin",
+        "Platform administration: policy, workspaces, users, tokens, audit.",
+    ),
     "version": ("version", "Print the version of tau."),
 }

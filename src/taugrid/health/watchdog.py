@@ -30,6 +30,7 @@ class Watched:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.source = source
+        self.name = source.name
         self.node = node
         self.deadline_s = deadline_s
         self._clock = clock
@@ -40,8 +41,15 @@ class Watched:
         self._warned_unavailable = False
 
     @property
-    def name(self) -> str:
-        return self.source.name
+    def available(self) -> bool:
+        return self.source.available
+
+    @property
+    def why(self) -> str:
+        return self.source.why
+
+    def close(self) -> None:
+        self.source.close()
 
     def read(self, timeout_s: float) -> list[Observation]:
         if not self.source.available:

@@ -17,6 +17,7 @@ class Gpu:
     index: int
     uuid: str
     name: str  # e.g. "NVIDIA H100 80GB HBM3"; declared GPUs are named "declared"
+    pci: str = ""  # the PCI bus id NVML reports ("00000000:3B:00.0"), which the kernel log names
 
 
 class DeviceInventory(Protocol):

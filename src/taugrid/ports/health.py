@@ -1,5 +1,6 @@
 """The fault source port: where GPU-health observations come from (the NVML event loop
-and poll, the kernel log, a scripted or replayed source for tests, demos and drills).
+and poll, the kernel log, a replayed file for tests, demos and drills; ``tau admin health
+inject`` hands its observation to the monitor directly, as a scripted source would).
 
 Contract for implementations:
 
@@ -31,7 +32,7 @@ class SourceError(TauError):
 
 
 class FaultSource(Protocol):
-    name: str  # "nvml-event", "nvml-poll", "kmsg", "scripted", "replay"
+    name: str  # "nvml-event", "nvml-poll", "kmsg", "replay"
 
     @property
     def available(self) -> bool: ...

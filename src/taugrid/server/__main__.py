@@ -102,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--context", default=None, help="kubeconfig context (default: current)")
     ap.add_argument("--namespace-prefix", default=None, help="namespace of workspace W: PREFIX+W")
     ap.add_argument("--pod-server-url", default=None, help="how pods reach this server")
+    ap.add_argument("--health", choices=["on", "shadow", "off"], default=None, help="GPU health")
+    ap.add_argument("--health-replay", type=Path, default=None, help="replay observations")
     args = ap.parse_args(argv)
     if not args.shared and not is_loopback_host(args.host):
         print(
@@ -168,11 +170,23 @@ def main(argv: list[str] | None = None) -> int:
             kube_context=args.context,
             namespace_prefix=args.namespace_prefix,
             pod_server_url=args.pod_server_url,
+            health=args.health,
+            health_replay=args.health_replay,
         )
     except ValueError as exc:  # a GPU count that is not one
         print(exc, file=sys.stderr)
         return 2
     settings = dataclasses.replace(settings, gpus=gpus)  # --gpus auto wins over the env
+    if settings.health_replay is not None:  # a drill's file: refused whole, with its line
+        from taugrid.health.replay import ReplaySource
+        from taugrid.ports.health import SourceError
+        from taugrid.server.health import NODE
+
+        try:
+            ReplaySource(settings.health_replay, node=NODE)
+        except (SourceError, OSError) as exc:
+            print(f"--health-replay: {getattr(exc, 'message', exc)}", file=sys.stderr)
+            return 2
     from taugrid.server.diskspace import check_disk_settings
 
     if problem := check_disk_settings(settings.min_free_disk, settings.run_disk_limit):

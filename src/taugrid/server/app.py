@@ -28,9 +28,13 @@ from taugrid.executors.local.gpus import (
 from taugrid.executors.local.logmask import line_masker
 from taugrid.executors.local.logs import LocalLogSource
 from taugrid.executors.local.secrets import LocalSecretStore
+from taugrid.health.kmsg import KmsgSource
+from taugrid.health.replay import ReplaySource
+from taugrid.health.watchdog import Watched
 from taugrid.home import server_info_path, token_path
 from taugrid.ports.artifacts import ArtifactStore
 from taugrid.ports.executor import Executor
+from taugrid.ports.health import FaultSource
 from taugrid.ports.logs import LogSource
 from taugrid.ports.secrets import SecretStore
 from taugrid.server import error_answers
@@ -44,6 +48,8 @@ from taugrid.server.code_fetch import load_code_key
 from taugrid.server.code_fetch import router as code_router
 from taugrid.server.diskspace import DiskSpace, is_disk_full, parse_headroom
 from taugrid.server.engine import RunEngine
+from taugrid.server.health import DEADLINE_S, NODE, HealthMonitor
+from taugrid.server.health_routes import router as health_router
 from taugrid.server.identity_service import IdentityService
 from taugrid.server.info_routes import router as info_router
 from taugrid.server.oidc import SESSION_COOKIE, oidc_login
@@ -59,6 +65,7 @@ from taugrid.server.services import RunService
 from taugrid.server.settings import ServerSettings, published_facts
 from taugrid.spec.units import quantity_bytes
 from taugrid.store import RunStore, connect
+from taugrid.store.health import HealthStore
 from taugrid.store.identity import IdentityStore
 from taugrid.store.policies import PolicyStore
 
@@ -150,15 +157,25 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
             capabilities=caps,
         )
         app.state.identity_service = IdentityService(identity, store, queueing)
+        app.state.machine_gpus = machine.gpus
+        health = app.state.health = (
+            None if kube else health_monitor(settings, store, HealthStore(db), local, engine)
+        )
+        if health is not None:
+            health.restore()  # GPUs out of service stay out, from the first pass on
         if kube is not None:
             kube.start(engine, queueing)  # informers listed before the first pass
         engine.step()  # re-adopt or finalise runs left by a previous server before serving
         engine.start()
+        if health is not None:
+            health.start()
         if public_url:
             _publish(settings, public_url, len(machine.gpus))
         try:
             yield
         finally:
+            if health is not None:
+                health.stop()
             engine.stop()
             if kube is not None:
                 kube.close()
@@ -212,6 +229,7 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
     app.include_router(secret_router, dependencies=[Depends(require_token)])
     app.include_router(check_router, dependencies=[Depends(require_token)])
     app.include_router(info_router, dependencies=[Depends(require_token)])
+    app.include_router(health_router, dependencies=[Depends(require_token)])
     app.include_router(oidc_router, dependencies=[Depends(bounded_json)])  # login: no token yet
     app.include_router(code_router)  # pods: their attempt's code token, checked by the route
     app.include_router(reports_router, dependencies=[Depends(bounded_json)])  # report token
@@ -268,6 +286,33 @@ def _local_adapters(settings: ServerSettings, public_url: str | None) -> LocalAd
         log.info("moved %d secrets of the flat layout into workspace 'default'", moved)
     devices = LocalDeviceInventory(probe_gpus(settings.gpus))
     return LocalAdapters(executor, artifacts, LocalLogSource(executor), secrets, devices)
+
+
+def health_monitor(
+    settings: ServerSettings,
+    store: RunStore,
+    records: HealthStore,
+    local: LocalAdapters,
+    engine: RunEngine,
+) -> HealthMonitor | None:
+    """The local GPU health monitor and its sources (server/health.py); None when off."""
+    if settings.health == "off":
+        return None
+    sources: list[FaultSource] = []
+    kmsg = settings.health_kmsg or ("/dev/kmsg" if settings.gpus is None else None)
+    if kmsg:  # real GPUs: the kernel log says what NVML may not (or not yet)
+        pci = {g.pci: g.uuid for g in local.devices.devices() if g.pci}
+        sources.append(KmsgSource(kmsg, node=NODE, pci_to_gpu=pci))
+    if settings.health_replay is not None:
+        sources.append(ReplaySource(settings.health_replay, node=NODE))
+    return HealthMonitor(
+        records,
+        local.devices,
+        engine,
+        store.gpu_holders,
+        [Watched(s, node=NODE, deadline_s=DEADLINE_S) for s in sources],
+        shadow=settings.health == "shadow",
+    )
 
 
 def bootstrap_admin(identity: IdentityStore, home: Path) -> None:

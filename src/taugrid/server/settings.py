@@ -41,6 +41,12 @@ CLUSTER_ENV = {
     "kueue_positions_s": "TAU_KUEUE_POSITIONS_S",
 }
 EXECUTORS = ("local", "kubernetes")
+HEALTH_ENV = {
+    "health": "TAU_HEALTH",
+    "health_kmsg": "TAU_HEALTH_KMSG",
+    "health_replay": "TAU_HEALTH_REPLAY",
+}
+HEALTH_MODES = ("on", "shadow", "off")
 ISOLATION_ENV = {
     "isolation": "TAU_ISOLATION",
     "bwrap": "TAU_BWRAP",
@@ -92,6 +98,12 @@ class ServerSettings:
     pod_server_url: str | None = None  # how pods reach this server (code snapshots)
     helper_image: str | None = None  # the pods' code-fetching init container's image
     kueue_positions_s: float = 5.0  # how often Kueue's visibility API is asked
+    # GPU health (docs/gpu-health.md): "on" acts on faults, "shadow" records what it would
+    # do, "off" watches nothing. Sources beyond injection: the kernel log (a path; default
+    # /dev/kmsg where real GPUs are probed) and a replayed JSONL file (a drill).
+    health: str = "on"
+    health_kmsg: str | None = None
+    health_replay: Path | None = None
 
     @property
     def sandboxed(self) -> bool:
@@ -138,6 +150,9 @@ class ServerSettings:
         for key, var in OIDC_ENV.items():
             if os.environ.get(var):
                 values[key] = os.environ[var]
+        for key, var in HEALTH_ENV.items():
+            if os.environ.get(var):
+                values[key] = os.environ[var]
         if "oidc_client_secret_file" in values:
             values["oidc_client_secret_file"] = Path(str(values["oidc_client_secret_file"]))
         values.update({k: v for k, v in overrides.items() if v is not None})
@@ -145,6 +160,13 @@ class ServerSettings:
             values["kueue_positions_s"] = float(str(values["kueue_positions_s"]))
         if values.get("kubeconfig") is not None:
             values["kubeconfig"] = Path(str(values["kubeconfig"]))
+        if values.get("health_replay") is not None:
+            values["health_replay"] = Path(str(values["health_replay"]))
+        if values.get("health", "on") not in HEALTH_MODES:
+            raise ValueError(
+                f"unknown GPU health mode {values['health']!r} (TAU_HEALTH or --health): "
+                f"use {', '.join(HEALTH_MODES)}"
+            )
         if values.get("executor", "local") not in EXECUTORS:
             raise ValueError(
                 f"unknown executor {values['executor']!r} (TAU_EXECUTOR or --executor): "

@@ -1,6 +1,6 @@
 """The fault sources on this machine's CPU: kernel-log Xid lines (any line, however
 malformed, parses to an Xid or nothing), replayed files refused with their line number,
-the scripted source, and the watchdog that turns a hung read into an observation."""
+and the watchdog that turns a hung read into an observation."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 from taugrid.domain.health import Kind, Observation
 from taugrid.health.kmsg import KmsgSource, normalize_pci, parse_xid_line
 from taugrid.health.replay import ReplaySource, parse_lines
-from taugrid.health.scripted import ScriptedSource
 from taugrid.health.watchdog import Watched
 from taugrid.ports.health import SourceError
 
@@ -84,16 +83,6 @@ def test_a_replayed_file_is_refused_with_the_line_that_does_not_parse(tmp_path: 
     path.write_text('{"kind": "gpu_missing", "at": 3.0}\n')
     replay = ReplaySource(path, node="local")
     assert [o.kind for o in replay.read(0)] == [Kind.GPU_MISSING] and replay.read(0) == []
-
-
-def test_scripted_observations_come_out_in_order() -> None:
-    source = ScriptedSource()
-    assert source.read(0) == []
-    a = Observation(Kind.XID, "GPU-0", "local", 1.0, xid=79)
-    b = Observation(Kind.XID, "GPU-1", "local", 2.0, xid=13)
-    source.inject(a)
-    source.inject(b)
-    assert source.read(1.0) == [a, b]
 
 
 class _Hangs:

@@ -119,6 +119,16 @@ def command() -> None:
     "--namespace-prefix", metavar="PREFIX", help="Workspace W's runs go to namespace PREFIX+W."
 )
 @click.option("--pod-server-url", metavar="URL", help="How pods reach this server (code).")
+@click.option(
+    "--health",
+    type=click.Choice(["on", "shadow", "off"]),
+    help="GPU health: act on faults (on, default), record what it would do (shadow), or off.",
+)
+@click.option(
+    "--health-replay",
+    metavar="FILE",
+    help="Replay recorded GPU-health observations (JSONL) through the monitor: a drill.",
+)
 def start(
     gpus: str | None,
     database_url: str | None,
@@ -143,6 +153,8 @@ def start(
     kube_context: str | None,
     namespace_prefix: str | None,
     pod_server_url: str | None,
+    health: str | None,
+    health_replay: str | None,
 ) -> None:
     home = tau_home()
     info = running_server(home)
@@ -201,6 +213,8 @@ def start(
         ("--context", kube_context),
         ("--namespace-prefix", namespace_prefix),
         ("--pod-server-url", pod_server_url),
+        ("--health", health),
+        ("--health-replay", os.path.abspath(health_replay) if health_replay else None),
     ):
         if value:
             args += [flag, value]

@@ -54,9 +54,8 @@ class NvmlGpus:
             out = []
             for i in range(pynvml.nvmlDeviceGetCount()):
                 h = pynvml.nvmlDeviceGetHandleByIndex(i)
-                out.append(
-                    Gpu(i, _text(pynvml.nvmlDeviceGetUUID(h)), _text(pynvml.nvmlDeviceGetName(h)))
-                )
+                uuid, name = _text(pynvml.nvmlDeviceGetUUID(h)), _text(pynvml.nvmlDeviceGetName(h))
+                out.append(Gpu(i, uuid, name, _text(pynvml.nvmlDeviceGetPciInfo(h).busId)))
             return out
         finally:
             pynvml.nvmlShutdown()

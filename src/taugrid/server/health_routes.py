@@ -1,0 +1,180 @@
+"""GPU health over the API (server/health.py does the work):
+
+- ``GET /api/v1/gpus``: every GPU of the machine with its health, whether it is out of
+  service and why, and the runs on it (only those the caller may see; the others are
+  counted, never named);
+- ``GET /api/v1/admin/health/events``: the monitor's decisions, newest first
+  (``since``, ``level``, ``limit``), platform admins only;
+- ``POST /api/v1/admin/health/return``: a GPU back into service after a human decision;
+- ``POST /api/v1/admin/health/inject``: a fault through the monitor, for drills and demos.
+
+A server without a monitor (``--health off``, or a cluster server: its nodes' GPUs are
+the cluster's) answers ``monitor: "off"`` and its GPUs with health ``unknown``, never a
+reassuring "healthy".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, Field
+from starlette.concurrency import run_in_threadpool
+
+from taugrid.domain.access import Caller, can_read
+from taugrid.domain.health import LEVEL_WORDS, Level
+from taugrid.errors import UsageError
+from taugrid.server.health import HealthMonitor
+from taugrid.server.routes import require_admin
+
+router = APIRouter(prefix="/api/v1")
+
+
+class GpuOut(BaseModel):
+    index: int
+    uuid: str
+    name: str
+    health: str  # healthy | quarantined | unknown (no monitor)
+    level: int | None = None
+    level_words: str | None = None
+    reason: str | None = None
+    fault_at: float | None = None
+    runs: list[str] = Field(default_factory=list)  # the caller's runs on it
+    other_runs: int = 0  # runs of workspaces the caller cannot see
+
+
+class GpusOut(BaseModel):
+    node: str
+    monitor: str  # on | shadow | off
+    gpus: list[GpuOut]
+
+
+class HealthEventOut(BaseModel):
+    id: int
+    at: float
+    node: str
+    gpu: str | None
+    gpu_index: int | None
+    source: str
+    kind: str
+    xid: int | None
+    level: int
+    action: str
+    outcome: str
+    reason: str
+    runs: list[str] | None
+
+
+class HealthEventsOut(BaseModel):
+    events: list[HealthEventOut]
+
+
+class GpuRef(BaseModel):
+    gpu: int = Field(ge=0)
+
+
+class InjectIn(GpuRef):
+    xid: int = Field(ge=0, le=65535)
+
+
+class InjectOut(BaseModel):
+    events: list[HealthEventOut]
+
+
+def _monitor(request: Request) -> HealthMonitor | None:
+    monitor: HealthMonitor | None = getattr(request.app.state, "health", None)
+    return monitor
+
+
+def _need_monitor(request: Request) -> HealthMonitor:
+    monitor = _monitor(request)
+    if monitor is None:
+        raise UsageError(
+            "GPU health monitoring is off on this server (tau server start --health on)"
+        )
+    return monitor
+
+
+@router.get("/gpus", response_model=GpusOut)
+def get_gpus(request: Request) -> GpusOut:
+    monitor = _monitor(request)
+    caller: Caller = request.state.caller
+    svc = request.app.state.service
+    if monitor is None:
+        return GpusOut(node="local", monitor="off", gpus=_unmonitored(request))
+    devices = monitor.devices
+    out_rows = {r["gpu"]: r for r in monitor.store.quarantined()}
+    holders = monitor.holders()
+    gpus = []
+    for g in devices.devices():
+        mine, others = _runs(svc.store, caller, holders.get(g.index, []))
+        row = out_rows.get(g.uuid)
+        gpus.append(
+            GpuOut(
+                index=g.index,
+                uuid=g.uuid,
+                name=g.name,
+                health="quarantined" if row else "healthy",
+                level=row["level"] if row else None,
+                level_words=LEVEL_WORDS[Level(row["level"])] if row else None,
+                reason=row["reason"] if row else None,
+                fault_at=row["fault_at"] if row else None,
+                runs=mine,
+                other_runs=others,
+            )
+        )
+    return GpusOut(node="local", monitor="shadow" if monitor.shadow else "on", gpus=gpus)
+
+
+def _unmonitored(request: Request) -> list[GpuOut]:
+    machine = getattr(request.app.state, "machine_gpus", ())
+    return [GpuOut(index=g.index, uuid=g.uuid, name=g.name, health="unknown") for g in machine]
+
+
+def _runs(store: Any, caller: Caller, run_ids: list[str]) -> tuple[list[str], int]:
+    mine, others = [], 0
+    for run_id in run_ids:
+        workspace = store.workspace_of(run_id)
+        if workspace is not None and can_read(caller, workspace):
+            mine.append(run_id)
+        else:
+            others += 1
+    return sorted(mine), others
+
+
+@router.get("/admin/health/events", response_model=HealthEventsOut)
+def get_health_events(
+    request: Request, since: float | None = None, level: int = 0, limit: int = 200
+) -> HealthEventsOut:
+    require_admin(request)
+    monitor = _need_monitor(request)
+    if not 1 <= limit <= 1000:
+        raise UsageError("limit must be between 1 and 1000")
+    rows = monitor.store.events(since=since, min_level=level, limit=limit)
+    return HealthEventsOut(events=[HealthEventOut(**_pick(r)) for r in rows])
+
+
+@router.post("/admin/health/return", response_model=GpusOut)
+def post_health_return(body: GpuRef, request: Request) -> GpusOut:
+    require_admin(request)
+    monitor = _need_monitor(request)
+    caller: Caller = request.state.caller
+    if not monitor.return_gpu(body.gpu, caller.user):
+        raise UsageError(f"GPU {body.gpu} is not out of service")
+    return get_gpus(request)
+
+
+@router.post("/admin/health/inject", response_model=InjectOut)
+async def post_health_inject(body: InjectIn, request: Request) -> InjectOut:
+    require_admin(request)
+    monitor = _need_monitor(request)
+    handled = await run_in_threadpool(monitor.inject, body.gpu, body.xid)
+    ids = {h.event_id for h in handled}
+    rows = [r for r in monitor.store.events(limit=max(10, len(ids))) if r["id"] in ids]
+    return InjectOut(
+        events=[HealthEventOut(**_pick(r)) for r in sorted(rows, key=lambda r: r["id"])]
+    )
+
+
+def _pick(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: row[k] for k in HealthEventOut.model_fields}
