@@ -31,6 +31,7 @@ BENCHMARKS = (
     "kube_watch",
     "kube_engine_pass",
     "health_classify",
+    "fault_resume",
 )
 
 

@@ -131,3 +131,14 @@ def test_a_replayed_drill_goes_through_the_monitor_and_a_bad_one_is_refused(
     assert gpus(tau)[0]["health"] == "healthy"
     (event,) = tau.json("admin", "health", "events")["events"]
     assert event["source"] == "replay" and event["outcome"] == "applied"
+
+
+def test_a_burst_trips_the_breaker_and_is_recorded_not_acted_on(tau: Tau) -> None:
+    tau.start_server("--gpus", "4")  # the default breaker: 20 % of 4 GPUs, one take-out
+    tau("admin", "health", "inject", "--gpu", "0", "--xid", "79", check=True)
+    second = tau("admin", "health", "inject", "--gpu", "1", "--xid", "79", check=True)
+    assert "breaker" in second.stdout and "circuit breaker open" in second.stdout
+    health = {i: g["health"] for i, g in gpus(tau).items()}
+    assert health == {0: "quarantined", 1: "healthy", 2: "healthy", 3: "healthy"}
+    outcomes = [e["outcome"] for e in tau.json("admin", "health", "events")["events"]]
+    assert outcomes[:2] == ["breaker", "applied"]

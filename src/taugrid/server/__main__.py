@@ -104,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pod-server-url", default=None, help="how pods reach this server")
     ap.add_argument("--health", choices=["on", "shadow", "off"], default=None, help="GPU health")
     ap.add_argument("--health-replay", type=Path, default=None, help="replay observations")
+    ap.add_argument("--health-breaker", default=None, help="SHARE%%/WINDOW, e.g. 20%%/10m")
     args = ap.parse_args(argv)
     if not args.shared and not is_loopback_host(args.host):
         print(
@@ -172,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
             pod_server_url=args.pod_server_url,
             health=args.health,
             health_replay=args.health_replay,
+            health_breaker=args.health_breaker,
         )
     except ValueError as exc:  # a GPU count that is not one
         print(exc, file=sys.stderr)

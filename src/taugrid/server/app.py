@@ -16,6 +16,7 @@ from sqlalchemy.exc import DBAPIError
 from starlette.concurrency import run_in_threadpool
 
 from taugrid import __version__
+from taugrid.domain.health.effects import Breaker
 from taugrid.errors import Conflict, DiskFull, TauError
 from taugrid.executors.local.artifacts import LocalArtifactStore
 from taugrid.executors.local.executor import LocalExecutor
@@ -62,7 +63,7 @@ from taugrid.server.sandboxing import sandbox_policy
 from taugrid.server.schemas import Health
 from taugrid.server.secret_routes import router as secret_router
 from taugrid.server.services import RunService
-from taugrid.server.settings import ServerSettings, published_facts
+from taugrid.server.settings import ServerSettings, parse_breaker, published_facts
 from taugrid.spec.units import quantity_bytes
 from taugrid.store import RunStore, connect
 from taugrid.store.health import HealthStore
@@ -312,6 +313,7 @@ def health_monitor(
         store.gpu_holders,
         [Watched(s, node=NODE, deadline_s=DEADLINE_S) for s in sources],
         shadow=settings.health == "shadow",
+        breaker=Breaker(*parse_breaker(settings.health_breaker)),
     )
 
 

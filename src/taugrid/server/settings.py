@@ -45,6 +45,7 @@ HEALTH_ENV = {
     "health": "TAU_HEALTH",
     "health_kmsg": "TAU_HEALTH_KMSG",
     "health_replay": "TAU_HEALTH_REPLAY",
+    "health_breaker": "TAU_HEALTH_BREAKER",
 }
 HEALTH_MODES = ("on", "shadow", "off")
 ISOLATION_ENV = {
@@ -104,6 +105,9 @@ class ServerSettings:
     health: str = "on"
     health_kmsg: str | None = None
     health_replay: Path | None = None
+    # The circuit breaker: at most this share of the GPUs taken out within this window
+    # ("SHARE/WINDOW"); beyond it decisions are recorded, not acted on.
+    health_breaker: str = "20%/10m"
 
     @property
     def sandboxed(self) -> bool:
@@ -167,6 +171,8 @@ class ServerSettings:
                 f"unknown GPU health mode {values['health']!r} (TAU_HEALTH or --health): "
                 f"use {', '.join(HEALTH_MODES)}"
             )
+        if "health_breaker" in values:
+            parse_breaker(str(values["health_breaker"]))  # refused here, in words
         if values.get("executor", "local") not in EXECUTORS:
             raise ValueError(
                 f"unknown executor {values['executor']!r} (TAU_EXECUTOR or --executor): "
@@ -177,6 +183,23 @@ class ServerSettings:
     @property
     def cluster(self) -> bool:
         return self.executor == "kubernetes"
+
+
+def parse_breaker(text: str) -> tuple[float, float]:
+    """``"20%/10m"`` -> (0.2, 600.0): the share of GPUs and the window of the breaker."""
+    share_text, sep, window_text = text.partition("/")
+    try:
+        if not sep or not share_text.endswith("%"):
+            raise ValueError("give SHARE%/WINDOW")
+        share = float(share_text[:-1]) / 100
+        window = parse_duration(window_text)
+        if not 0 < share <= 1 or window <= 0:
+            raise ValueError("the share is in (0%, 100%] and the window over 0")
+    except ValueError as exc:
+        raise ValueError(
+            f"GPU health breaker {text!r} (TAU_HEALTH_BREAKER): {exc}; e.g. 20%/10m"
+        ) from None
+    return share, window
 
 
 def parse_retention(text: str) -> float | None:

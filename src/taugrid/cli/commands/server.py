@@ -129,6 +129,11 @@ def command() -> None:
     metavar="FILE",
     help="Replay recorded GPU-health observations (JSONL) through the monitor: a drill.",
 )
+@click.option(
+    "--health-breaker",
+    metavar="SHARE%/WINDOW",
+    help="At most this share of GPUs taken out of service in the window (default 20%/10m).",
+)
 def start(
     gpus: str | None,
     database_url: str | None,
@@ -155,6 +160,7 @@ def start(
     pod_server_url: str | None,
     health: str | None,
     health_replay: str | None,
+    health_breaker: str | None,
 ) -> None:
     home = tau_home()
     info = running_server(home)
@@ -215,6 +221,7 @@ def start(
         ("--pod-server-url", pod_server_url),
         ("--health", health),
         ("--health-replay", os.path.abspath(health_replay) if health_replay else None),
+        ("--health-breaker", health_breaker),
     ):
         if value:
             args += [flag, value]

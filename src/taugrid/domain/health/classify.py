@@ -123,12 +123,14 @@ def classify(
 
 
 def release(state: ClassifierState, node: str, gpu_uuid: str = "") -> ClassifierState:
-    """The state with a GPU's (or node's) standing back at L0, its history kept: a human
-    (L4, L5) or a passed diagnostic (L2, L3) said it may serve again."""
+    """The state with a GPU's (or node's) standing back at L0: a human (L4, L5) or a
+    passed diagnostic (L2, L3) said it may serve again. Its fault history stays (the RMA
+    count goes on), but what was acted on is forgotten: the same fault after the return
+    is a new fault, never a duplicate of the one before."""
     track = state.track((node, gpu_uuid))
     if track is None:
         return state
-    return _updated(state, {(node, gpu_uuid): replace(track, standing=Level.L0)})
+    return _updated(state, {(node, gpu_uuid): replace(track, standing=Level.L0, acted={})})
 
 
 def _updated(state: ClassifierState, updates: Mapping[Key, Track]) -> ClassifierState:

@@ -263,6 +263,15 @@ def test_release_lowers_the_standing_and_keeps_the_history() -> None:
     assert release(ClassifierState(), NODE) == ClassifierState()
 
 
+def test_the_same_fault_after_a_return_is_a_new_fault_not_a_duplicate() -> None:
+    state, _ = classify(ClassifierState(), xid(79, 0.0))
+    _, again = classify(state, xid(79, 10.0))
+    assert again[0].duplicate  # within the window, before anyone returned the GPU
+    state = release(state, NODE, GPU)
+    _, after = classify(state, xid(79, 10.0))
+    assert not after[0].duplicate and after[0].standing is Level.L3
+
+
 # -- unknown Xids and overrides ---------------------------------------------------------
 def test_an_unknown_xid_fails_closed() -> None:
     d = one(xid(999, 0.0))
