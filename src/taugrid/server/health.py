@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -82,6 +83,9 @@ class HealthMonitor:
         self._state = ClassifierState()
         self._lock = threading.Lock()  # one observation at a time: decide, then apply
         self._taken_out_at: list[float] = []
+        # For the metrics (issue 14): decisions by (level, outcome), and runs stopped.
+        self.decisions: Counter[tuple[int, str]] = Counter()
+        self.runs_stopped = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -157,6 +161,7 @@ class HealthMonitor:
             "outcome": effects.outcome,
             "reason": f"{d.reason}: {effects.words}",
         }
+        self.decisions[(int(d.level), effects.outcome)] += 1
         if effects.outcome != APPLIED:
             if effects.outcome != "duplicate" and d.level >= 2:
                 log.warning("GPU health: %s (%s)", event["reason"], effects.outcome)
@@ -183,6 +188,7 @@ class HealthMonitor:
                 stopped.append(run_id)
         if stopped:
             self.store.set_runs(event_id, stopped)
+            self.runs_stopped += len(stopped)
         log.warning("GPU health: %s", event["reason"])
         return Handled(event_id, d, effects, tuple(stopped))
 
