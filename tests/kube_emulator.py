@@ -19,6 +19,8 @@ What this adds to kmock 0.8 (its gaps, see shared/reference/kubernetes-testing.m
   the open followed streams mid-way (the log goes on), ``drop_log()`` forgets a log (as
   the kubelet does with a deleted pod's), and ``since_time_seconds=True`` reads
   ``sinceTime`` in whole seconds, as a real API server forwards it to the kubelet;
+- ``POST .../pods/P/eviction`` (the Eviction API) deletes the pod and remembers it in
+  ``evicted``; a PodDisruptionBudget's refusal is a test's ``fail_next`` 429 on that path;
 - ``resource_versions=True`` stamps a counter as ``metadata.resourceVersion`` on every
   change and on lists, and a watch from a version replays the changes after it (410 Gone
   once ``compact()`` forgot them); by default objects carry none and a watch ignores the
@@ -50,6 +52,7 @@ from taugrid.executors.kubernetes.client import KINDS
 T = TypeVar("T")
 APPLY = "application/apply-patch+yaml"
 LOG_PATH = re.compile(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)/log")
+EVICTION_PATH = re.compile(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)/eviction")
 PENDING_PATH = re.compile(
     r"/apis/visibility\.kueue\.x-k8s\.io/v1beta2/namespaces/([^/]+)/localqueues/([^/]+)"
     r"/pendingworkloads"
@@ -181,6 +184,9 @@ class _Emulator(kmock.KubernetesEmulator):
                 kind=kind, namespaced=info.namespaced, verbs={"get", "list", "watch"}
             )
         self["get", LOG_PATH] << self._serve_log
+        # The Eviction API: the pod goes (a PodDisruptionBudget's 429 is a test's fault).
+        self["post", EVICTION_PATH] << self._serve_eviction
+        self.evicted: list[tuple[str, str]] = []
         # Kueue's visibility API, as the test says the queue stands (set_pending).
         self.pending: dict[tuple[str, str], list[dict[str, Any]]] = {}
         self["get", PENDING_PATH] << self._serve_pending
@@ -345,6 +351,20 @@ class _Emulator(kmock.KubernetesEmulator):
             "metadata": {},
             "items": items,
         }
+
+    async def _serve_eviction(self, request: rendering.Request) -> rendering.Payload:
+        match = EVICTION_PATH.fullmatch(request.url.path)
+        assert match is not None
+        res = resource_of("v1", "Pod")
+        key = (res, match[1], match[2])
+        async with self._lock:
+            if key not in self.objects or self.objects[key].deleted:
+                raise kmock.KubernetesNotFoundError(message=f'pods "{match[2]}" not found')
+            raw = self.objects[key].raw
+            self.objects[key].delete()
+            self.evicted.append((match[1], match[2]))
+            await self._buses[res].put({"type": "DELETED", "object": raw})
+        return {"apiVersion": "v1", "kind": "Status", "status": "Success", "code": 201}
 
     async def _serve_log(self, request: rendering.Request) -> rendering.Payload:
         match = LOG_PATH.fullmatch(request.url.path)
@@ -561,6 +581,14 @@ class KubeEmulator:
                 self._emu._requests.clear()
 
         self._call(clear)
+
+    def evictions(self) -> list[tuple[str, str]]:
+        """(namespace, pod) of every eviction the API accepted, in order."""
+
+        async def evicted() -> list[tuple[str, str]]:
+            return list(self._emu.evicted)
+
+        return self._call(evicted)
 
     def forget_requests(self) -> None:
         """Empty the request log. kmock matches each request against every request it has

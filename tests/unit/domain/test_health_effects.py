@@ -87,3 +87,24 @@ def test_the_breaker_never_lets_more_than_its_share_out_in_a_window(
     recent = sum(1 for t in times if now - 600.0 < t <= now)
     if breaker_allows(times, now, new, fleet, b) and new:
         assert recent + new <= max(1, int(0.2 * fleet))
+
+
+def test_on_a_cluster_a_node_fault_cordons_and_evicts_and_a_gpu_fault_evicts_its_pods() -> None:
+    from taugrid.domain.health.effects import node_effects
+
+    node = node_effects(decide(79), gpu_nodes=10)
+    assert (node.outcome, node.cordon, node.evict) == (APPLIED, True, "node")
+    gpu = node_effects(decide(95), gpu_nodes=10)
+    assert (gpu.outcome, gpu.cordon, gpu.evict) == (APPLIED, False, "gpu")
+    unknown = node_effects(decide(9999), gpu_nodes=10)
+    assert (unknown.cordon, unknown.evict) == (True, "none") and "human" in unknown.words
+    assert node_effects(decide(13), gpu_nodes=10).outcome == RECORDED
+    assert node_effects(decide(79), gpu_nodes=10, shadow=True).outcome == SHADOW
+    # 20 % of 10 nodes: two cordons within 10 minutes, the third is held back.
+    burst = node_effects(decide(79, at=100.0), gpu_nodes=10, cordoned_at=[50.0, 60.0])
+    assert burst.outcome == BREAKER and not burst.cordon
+    # A node already cordoned is no new cordon: its pods still go.
+    again = node_effects(
+        decide(79, at=100.0), gpu_nodes=10, cordoned_at=[50.0, 60.0], already_cordoned=True
+    )
+    assert again.outcome == APPLIED and again.evict == "node"

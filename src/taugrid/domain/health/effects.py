@@ -116,3 +116,55 @@ def _words(
     if stop:
         return f"{what}; stop {', '.join(stop)} to resume elsewhere"
     return f"{what}; no run held it"
+
+
+# -- a cluster node ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class NodeEffects:
+    """What a decision does to a cluster node: cordon it (with TauGrid's taint), and
+    whose pods to evict through the Eviction API ("node": every GPU pod on it, "gpu":
+    only those on the faulty GPU, "none")."""
+
+    outcome: str
+    cordon: bool = False
+    evict: str = "none"
+    words: str = ""
+
+
+def node_effects(
+    decision: Decision,
+    *,
+    gpu_nodes: int,
+    cordoned_at: Sequence[float] = (),
+    already_cordoned: bool = False,
+    shadow: bool = False,
+    breaker: Breaker = Breaker(),
+) -> NodeEffects:
+    """L2 evicts the GPU's pods and cordons nothing; L3 cordons and evicts every GPU pod;
+    L4 keeps it out; L5 cordons and evicts nothing (a human decides). A new cordon counts
+    against the breaker: at most ``share`` of the GPU nodes within the window."""
+    if decision.duplicate:
+        return NodeEffects(DUPLICATE, words="already acted on")
+    if decision.level <= Level.L1:
+        return NodeEffects(RECORDED, words="recorded; no node action")
+    cordon, evict = decision.cordon, decision.evict
+    what = [f"cordon and taint node {decision.node}"] if cordon else []
+    if evict == "node":
+        what.append("evict its GPU pods")
+    elif evict == "gpu":
+        what.append(f"evict the pods on GPU {decision.gpu_uuid}")
+    else:
+        what.append("evict nothing and wait for a human")
+    words = "; ".join(what)
+    if shadow:
+        return NodeEffects(SHADOW, words=f"shadow mode: would {words}")
+    new = 1 if cordon and not already_cordoned else 0
+    if not breaker_allows(cordoned_at, decision.at, new, gpu_nodes, breaker):
+        return NodeEffects(
+            BREAKER,
+            words=(
+                f"circuit breaker open: more than {breaker.share:.0%} of {gpu_nodes} GPU "
+                f"node(s) cordoned within {breaker.window_s:g} s; would {words}"
+            ),
+        )
+    return NodeEffects(APPLIED, cordon=cordon, evict=evict, words=words)

@@ -129,6 +129,16 @@ class KubeClient(Protocol):
         """The object; raises NotFound."""
         ...
 
+    def patch(self, ref: ObjectRef, patch: JsonObject) -> JsonObject:
+        """A JSON merge patch (RFC 7386) of the object (lists are replaced whole)."""
+        ...
+
+    def evict(self, namespace: str, pod: str) -> None:
+        """POST the pod's Eviction (policy/v1). Raises TooManyRequests while a
+        PodDisruptionBudget forbids it (never retried here: the caller backs off),
+        NotFound when the pod is gone."""
+        ...
+
     def list(
         self,
         api_version: str,

@@ -68,7 +68,9 @@ from taugrid.executors.kubernetes.client import (
 T = TypeVar("T")
 
 APPLY_PATCH = "application/apply-patch+yaml"  # JSON is YAML; what kubectl sends for SSA
-RETRYABLE_VERBS = frozenset({"get", "list", "apply", "delete", "watch", "logs"})
+MERGE_PATCH = "application/merge-patch+json"
+# A merge patch of fields we own sets them to the same values again: safe to resend.
+RETRYABLE_VERBS = frozenset({"get", "list", "apply", "patch", "delete", "watch", "logs"})
 RETRYABLE_STATUS = frozenset({500, 502, 503, 504})
 LIST_PAGE = 500
 WATCH_GRACE_S = 10.0  # past timeoutSeconds, an idle stream is taken as dead
@@ -347,6 +349,21 @@ class LightkubeClient(KubeClient):
     def get(self, ref: ObjectRef) -> JsonObject:
         path = api_path(ref.api_version, ref.kind, ref.namespace, ref.name)
         return _object(self._call("get", ref, "GET", path), "get", ref)
+
+    def patch(self, ref: ObjectRef, patch: JsonObject) -> JsonObject:
+        path = api_path(ref.api_version, ref.kind, ref.namespace, ref.name)
+        resp = self._call("patch", ref, "PATCH", path, body=patch, content_type=MERGE_PATCH)
+        return _object(resp, "patch", ref)
+
+    def evict(self, namespace: str, pod: str) -> None:
+        ref = ObjectRef("v1", "Pod", namespace, pod)
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": pod, "namespace": namespace},
+        }
+        path = api_path("v1", "Pod", namespace, pod, "eviction")
+        self._call("evict", ref, "POST", path, body=body).close()
 
     def list(
         self,

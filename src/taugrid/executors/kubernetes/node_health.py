@@ -1,0 +1,151 @@
+"""What the GPU health controller does to a cluster's nodes (``domain.health.effects.
+node_effects`` decides it): cordon with TauGrid's taint, evict pods through the Eviction
+API, and uncordon, but only nodes TauGrid cordoned itself.
+
+- **Cordon**: ``spec.unschedulable`` and the ``NoSchedule`` taint
+  ``taugrid.io/gpu-unhealthy=<reason>`` (the node's other taints kept), with the
+  annotation ``taugrid.io/cordoned-by: taugrid``: the marker that lets TauGrid uncordon
+  it later, and never a node a person or another tool cordoned.
+- **Evict**: ``POST pods/<pod>/eviction``, so PodDisruptionBudgets are respected. The
+  API's 429 (a budget says not now) is retried after 10 s, doubling to 2 min, until the
+  deadline; a pod already gone counts as evicted. The clock and the sleep are injected.
+- **Uncordon**: only with the marker (what the person's ``return`` asks for): the taint,
+  the flag and the marker go.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+from taugrid.executors.kubernetes.client import (
+    KubeClient,
+    KubeError,
+    NotFound,
+    ObjectRef,
+    TooManyRequests,
+)
+from taugrid.manifests.workloads import MANAGED_BY
+
+log = logging.getLogger("taugrid.health")
+
+TAINT_KEY = "taugrid.io/gpu-unhealthy"
+CORDONED_BY = "taugrid.io/cordoned-by"
+CORDON_REASON = "taugrid.io/cordon-reason"
+GPU_RESOURCE = "nvidia.com/gpu"
+EVICT_FIRST_WAIT_S = 10.0
+EVICT_MAX_WAIT_S = 120.0
+EVICT_DEADLINE_S = 600.0
+
+
+def _node(name: str) -> ObjectRef:
+    return ObjectRef("v1", "Node", None, name)
+
+
+def _taint_value(reason: str) -> str:
+    """A label value: 63 characters of [A-Za-z0-9._-], starting and ending alphanumeric."""
+    cleaned = re.sub(r"[^A-Za-z0-9._]+", "-", reason).strip("._-")[:63]
+    return cleaned.strip("._-") or "fault"
+
+
+class KubeNodeActuator:
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.client = client
+        self._clock = clock
+        self._sleep = sleep
+
+    def gpu_nodes(self) -> list[str]:
+        """The nodes that offer GPUs (the breaker's fleet)."""
+        out = []
+        for node in self.client.list("v1", "Node").items:
+            allocatable = (node.get("status") or {}).get("allocatable") or {}
+            if str(allocatable.get(GPU_RESOURCE, "0")) not in ("", "0"):
+                out.append(node["metadata"]["name"])
+        return sorted(out)
+
+    def cordoned_by_us(self, name: str) -> bool:
+        node = self.client.get(_node(name))
+        return (node["metadata"].get("annotations") or {}).get(CORDONED_BY) == "taugrid"
+
+    def cordon(self, name: str, reason: str) -> bool:
+        """Cordon and taint; False when TauGrid had cordoned it already."""
+        node = self.client.get(_node(name))
+        meta, spec = node["metadata"], node.get("spec") or {}
+        ours = (meta.get("annotations") or {}).get(CORDONED_BY) == "taugrid"
+        if spec.get("unschedulable") and not ours:
+            # Cordoned by someone else: add the taint, but leave their cordon theirs.
+            self.client.patch(_node(name), {"spec": {"taints": self._with_taint(spec, reason)}})
+            return False
+        if ours:
+            return False
+        self.client.patch(
+            _node(name),
+            {
+                "metadata": {"annotations": {CORDONED_BY: "taugrid", CORDON_REASON: reason}},
+                "spec": {"unschedulable": True, "taints": self._with_taint(spec, reason)},
+            },
+        )
+        return True
+
+    def uncordon(self, name: str) -> bool:
+        """Undo TauGrid's cordon; False (nothing changed) on a node it did not cordon."""
+        node = self.client.get(_node(name))
+        if (node["metadata"].get("annotations") or {}).get(CORDONED_BY) != "taugrid":
+            return False
+        taints = [
+            t for t in (node.get("spec") or {}).get("taints") or [] if t.get("key") != TAINT_KEY
+        ]
+        self.client.patch(
+            _node(name),
+            {
+                "metadata": {"annotations": {CORDONED_BY: None, CORDON_REASON: None}},
+                "spec": {"unschedulable": None, "taints": taints or None},
+            },
+        )
+        return True
+
+    def _with_taint(self, spec: dict[str, Any], reason: str) -> list[dict[str, Any]]:
+        taints = [t for t in spec.get("taints") or [] if t.get("key") != TAINT_KEY]
+        return [*taints, {"key": TAINT_KEY, "value": _taint_value(reason), "effect": "NoSchedule"}]
+
+    def gpu_pods(self, name: str) -> list[tuple[str, str]]:
+        """(namespace, pod) of TauGrid's pods on the node."""
+        pods = self.client.list("v1", "Pod", None, labels=dict(MANAGED_BY)).items
+        return sorted(
+            (p["metadata"]["namespace"], p["metadata"]["name"])
+            for p in pods
+            if (p.get("spec") or {}).get("nodeName") == name
+        )
+
+    def evict(self, namespace: str, pod: str, deadline_s: float = EVICT_DEADLINE_S) -> bool:
+        """Evict, waiting out PodDisruptionBudgets until the deadline; True once gone."""
+        start, wait = self._clock(), EVICT_FIRST_WAIT_S
+        while True:
+            try:
+                self.client.evict(namespace, pod)
+                return True
+            except NotFound:
+                return True
+            except TooManyRequests as exc:
+                if self._clock() - start + wait > deadline_s:
+                    log.warning(
+                        "GPU health: eviction of %s/%s still refused: %s",
+                        namespace,
+                        pod,
+                        exc.message,
+                    )
+                    return False
+                self._sleep(max(wait, exc.retry_after or 0.0))
+                wait = min(wait * 2, EVICT_MAX_WAIT_S)
+            except KubeError as exc:
+                log.warning("GPU health: cannot evict %s/%s: %s", namespace, pod, exc.message)
+                return False

@@ -1,0 +1,124 @@
+"""The GPU health controller's hands on a cluster (executors/kubernetes/node_health.py),
+through the real client against the emulator over HTTP: cordon with TauGrid's taint and
+marker, evictions through the Eviction API waiting out a PodDisruptionBudget's 429, and
+uncordon only of the nodes TauGrid cordoned."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kube_emulator import KubeEmulator
+from taugrid.executors.kubernetes.lightkube_client import LightkubeClient
+from taugrid.executors.kubernetes.node_health import CORDONED_BY, TAINT_KEY, KubeNodeActuator
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def node(name: str, gpus: int = 8, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name},
+        "spec": spec,
+        "status": {"allocatable": {"nvidia.com/gpu": str(gpus), "cpu": "96"}},
+    }
+
+
+def pod(name: str, node_name: str, ours: bool = True) -> dict[str, Any]:
+    labels = {"taugrid.io/managed-by": "taugrid"} if ours else {"app": "other"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "team-a", "labels": labels},
+        "spec": {"nodeName": node_name, "containers": [{"name": "workload", "image": "x"}]},
+    }
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.slept.append(s)
+        self.now += s
+
+
+@pytest.fixture
+def actuator(
+    kube_emulator: KubeEmulator, tmp_path: Path
+) -> Iterator[tuple[KubeNodeActuator, Clock]]:
+    config = kube_emulator.write_kubeconfig(tmp_path / "kubeconfig")
+    clock = Clock()
+    with LightkubeClient.from_kubeconfig(config, timeout_s=5.0, sleep=lambda s: None) as client:
+        yield KubeNodeActuator(client, clock=clock, sleep=clock.sleep), clock
+
+
+def test_cordon_taints_marks_and_keeps_other_taints_then_uncordon_undoes_only_ours(
+    kube_emulator: KubeEmulator, actuator: tuple[KubeNodeActuator, Clock]
+) -> None:
+    act, _ = actuator
+    other = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}
+    kube_emulator.put(node("gpu-1", taints=[other]))
+    kube_emulator.put(node("cpu-1", gpus=0))
+    assert act.gpu_nodes() == ["gpu-1"]
+    assert act.cordon("gpu-1", "Xid 79 (GPU fallen off the bus)")
+    assert not act.cordon("gpu-1", "Xid 79 (GPU fallen off the bus)")  # already ours
+    got = kube_emulator.get("v1", "Node", None, "gpu-1")
+    assert got is not None and got["spec"]["unschedulable"] is True
+    assert got["metadata"]["annotations"][CORDONED_BY] == "taugrid"
+    taints = got["spec"]["taints"]
+    assert other in taints
+    ours = next(t for t in taints if t["key"] == TAINT_KEY)
+    assert ours["effect"] == "NoSchedule" and ours["value"] == "Xid-79-GPU-fallen-off-the-bus"
+    assert act.uncordon("gpu-1")
+    back = kube_emulator.get("v1", "Node", None, "gpu-1")
+    assert back is not None and not back["spec"].get("unschedulable")
+    assert back["spec"]["taints"] == [other]
+    assert CORDONED_BY not in (back["metadata"].get("annotations") or {})
+
+
+def test_a_node_someone_else_cordoned_is_tainted_but_never_uncordoned_by_us(
+    kube_emulator: KubeEmulator, actuator: tuple[KubeNodeActuator, Clock]
+) -> None:
+    act, _ = actuator
+    kube_emulator.put(node("gpu-2", unschedulable=True))  # kubectl cordon by a person
+    assert not act.cordon("gpu-2", "Xid 79")
+    got = kube_emulator.get("v1", "Node", None, "gpu-2")
+    assert got is not None and any(t["key"] == TAINT_KEY for t in got["spec"]["taints"])
+    assert not act.uncordon("gpu-2")
+    still = kube_emulator.get("v1", "Node", None, "gpu-2")
+    assert still is not None and still["spec"]["unschedulable"] is True
+
+
+def test_evictions_wait_out_a_disruption_budget_and_only_taugrids_pods_are_chosen(
+    kube_emulator: KubeEmulator, actuator: tuple[KubeNodeActuator, Clock]
+) -> None:
+    act, clock = actuator
+    kube_emulator.put(pod("train-a0-0", "gpu-1"))
+    kube_emulator.put(pod("train-a0-1", "gpu-2"))
+    kube_emulator.put(pod("someone-else", "gpu-1", ours=False))
+    assert act.gpu_pods("gpu-1") == [("team-a", "train-a0-0")]
+    kube_emulator.fail_next(
+        r"/api/v1/namespaces/team-a/pods/train-a0-0/eviction",
+        429,
+        times=3,
+        message="Cannot evict pod as it would violate the pod's disruption budget.",
+    )
+    assert act.evict("team-a", "train-a0-0")
+    assert clock.slept == [10.0, 20.0, 40.0]  # 10 s, doubling (to at most 2 min)
+    assert kube_emulator.evictions() == [("team-a", "train-a0-0")]
+    assert kube_emulator.get("v1", "Pod", "team-a", "train-a0-0") is None
+    assert act.evict("team-a", "train-a0-0")  # gone already: evicted
+    # A budget that never allows it: given up at the deadline, the pod left alone.
+    kube_emulator.fail_next(r"/api/v1/namespaces/team-a/pods/train-a0-1/eviction", 429, times=99)
+    assert not act.evict("team-a", "train-a0-1", deadline_s=300.0)
+    assert sum(clock.slept[3:]) <= 300.0
+    assert kube_emulator.get("v1", "Pod", "team-a", "train-a0-1") is not None
