@@ -30,6 +30,7 @@ from taugrid.executors.local.logmask import line_masker
 from taugrid.executors.local.logs import LocalLogSource
 from taugrid.executors.local.secrets import LocalSecretStore
 from taugrid.health.kmsg import KmsgSource
+from taugrid.health.nvml import NvmlEventSource, NvmlPollSource
 from taugrid.health.replay import ReplaySource
 from taugrid.health.watchdog import Watched
 from taugrid.home import server_info_path, token_path
@@ -300,8 +301,11 @@ def health_monitor(
     if settings.health == "off":
         return None
     sources: list[FaultSource] = []
-    kmsg = settings.health_kmsg or ("/dev/kmsg" if settings.gpus is None else None)
-    if kmsg:  # real GPUs: the kernel log says what NVML may not (or not yet)
+    real = settings.gpus is None and bool(local.devices.devices())  # probed through NVML
+    if real:  # NVML's own events first, then its counters every 15 s
+        sources += [NvmlEventSource(NODE), NvmlPollSource(NODE)]
+    kmsg = settings.health_kmsg or ("/dev/kmsg" if real else None)
+    if kmsg:  # the kernel log says what NVML may not (or not yet)
         pci = {g.pci: g.uuid for g in local.devices.devices() if g.pci}
         sources.append(KmsgSource(kmsg, node=NODE, pci_to_gpu=pci))
     if settings.health_replay is not None:

@@ -8,6 +8,7 @@ from datetime import datetime
 
 import click
 
+from taugrid.cli.commands import admin_health_record
 from taugrid.cli.connect import connect
 from taugrid.cli.output import emit_json, output_option, table
 from taugrid.errors import UsageError
@@ -87,5 +88,8 @@ def inject(gpu: int, xid: int, output: str) -> None:
         runs = f" (stopped: {', '.join(e['runs'])})" if e.get("runs") else ""
         click.echo(f"L{e['level']} {e['outcome']}: {e['reason']}{runs}")
 
+
+for _sub in admin_health_record.COMMANDS:  # record: NVML readings as fixtures, no server
+    health.add_command(_sub)
 
 COMMANDS: tuple[click.Command, ...] = (health,)
