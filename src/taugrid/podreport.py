@@ -123,6 +123,7 @@ class Reporter:
         """Every step directory with its manifest and verdict (each hashed once)."""
         assert self.checkpoint_dir is not None
         out = []
+        hashed, self._hashed = self._hashed, {}  # only the checkpoints still there stay
         for step, path in step_dirs(self.checkpoint_dir):
             try:
                 raw = (path / MANIFEST).read_bytes()
@@ -133,9 +134,9 @@ class Reporter:
                 problem = quick.problem
             else:
                 digest = (step, hashlib.sha256(raw).hexdigest())
-                if digest not in self._hashed:
-                    self._hashed[digest] = inspect(path, step, full=True).problem
-                problem = self._hashed[digest]
+                if digest not in hashed:
+                    hashed[digest] = inspect(path, step, full=True).problem
+                problem = self._hashed[digest] = hashed[digest]
             manifest = raw.decode("utf-8", "replace") if raw is not None else None
             out.append({"step": step, "manifest": manifest, "problem": problem})
         return out

@@ -169,11 +169,9 @@ async def post_health_inject(body: InjectIn, request: Request) -> InjectOut:
     require_admin(request)
     monitor = _need_monitor(request)
     handled = await run_in_threadpool(monitor.inject, body.gpu, body.xid)
-    ids = {h.event_id for h in handled}
-    rows = [r for r in monitor.store.events(limit=max(10, len(ids))) if r["id"] in ids]
-    return InjectOut(
-        events=[HealthEventOut(**_pick(r)) for r in sorted(rows, key=lambda r: r["id"])]
-    )
+    ids = [h.event_id for h in handled]
+    rows = monitor.store.events(ids=ids, limit=max(1, len(ids)))
+    return InjectOut(events=[HealthEventOut(**_pick(r)) for r in reversed(rows)])
 
 
 def _pick(row: dict[str, Any]) -> dict[str, Any]:

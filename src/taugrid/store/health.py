@@ -106,12 +106,19 @@ class HealthStore:
             )
 
     def events(
-        self, *, since: float | None = None, min_level: int = 0, limit: int = 200
+        self,
+        *,
+        since: float | None = None,
+        min_level: int = 0,
+        limit: int = 200,
+        ids: list[int] | None = None,
     ) -> list[Row]:
-        """Newest first."""
+        """Newest first; ``ids`` keeps only those events."""
         q = select(health_events).where(health_events.c.level >= min_level)
         if since is not None:
             q = q.where(health_events.c.at >= since)
+        if ids is not None:
+            q = q.where(health_events.c.id.in_(ids))
         q = q.order_by(health_events.c.id.desc()).limit(limit)
         with self.engine.connect() as conn:
             return [dict(r) for r in conn.execute(q).mappings()]

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from fakeclock import SleepingClock
 from kube_emulator import KubeEmulator
 from taugrid.executors.kubernetes.lightkube_client import LightkubeClient
 from taugrid.executors.kubernetes.node_health import CORDONED_BY, TAINT_KEY, KubeNodeActuator
@@ -38,31 +39,18 @@ def pod(name: str, node_name: str, ours: bool = True) -> dict[str, Any]:
     }
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.slept: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, s: float) -> None:
-        self.slept.append(s)
-        self.now += s
-
-
 @pytest.fixture
 def actuator(
     kube_emulator: KubeEmulator, tmp_path: Path
-) -> Iterator[tuple[KubeNodeActuator, Clock]]:
+) -> Iterator[tuple[KubeNodeActuator, SleepingClock]]:
     config = kube_emulator.write_kubeconfig(tmp_path / "kubeconfig")
-    clock = Clock()
+    clock = SleepingClock()
     with LightkubeClient.from_kubeconfig(config, timeout_s=5.0, sleep=lambda s: None) as client:
         yield KubeNodeActuator(client, clock=clock, sleep=clock.sleep), clock
 
 
 def test_cordon_taints_marks_and_keeps_other_taints_then_uncordon_undoes_only_ours(
-    kube_emulator: KubeEmulator, actuator: tuple[KubeNodeActuator, Clock]
+    kube_emulator: KubeEmulator, actuator: tuple[KubeNodeActuator, SleepingClock]
 ) -> None:
     act, _ = actuator
     other = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}
@@ -86,7 +74,7 @@ def test_cordon_taints_marks_and_keeps_other_taints_then_uncordon_undoes_only_ou
 
 
 def test_a_node_someone_else_cordoned_is_tainted_but_never_uncordoned_by_us(
-    kube_emulator: KubeEmulator, actuator: tuple[KubeNodeActuator, Clock]
+    kube_emulator: KubeEmulator, actuator: tuple[KubeNodeActuator, SleepingClock]
 ) -> None:
     act, _ = actuator
     kube_emulator.put(node("gpu-2", unschedulable=True))  # kubectl cordon by a person
@@ -99,7 +87,7 @@ def test_a_node_someone_else_cordoned_is_tainted_but_never_uncordoned_by_us(
 
 
 def test_evictions_wait_out_a_disruption_budget_and_only_taugrids_pods_are_chosen(
-    kube_emulator: KubeEmulator, actuator: tuple[KubeNodeActuator, Clock]
+    kube_emulator: KubeEmulator, actuator: tuple[KubeNodeActuator, SleepingClock]
 ) -> None:
     act, clock = actuator
     kube_emulator.put(pod("train-a0-0", "gpu-1"))

@@ -11,27 +11,15 @@ import pytest
 from click.testing import CliRunner
 from fake_nvml import NVML_ERROR_LIBRARY_NOT_FOUND, FakeGpu, FakeNvml
 
+from fakeclock import SleepingClock
 from taugrid.cli.commands import admin_health_record
 from taugrid.errors import TauError
 from taugrid.health.record import NvmlUnavailable, open_nvml, record
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-        self.slept: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, s: float) -> None:
-        self.slept.append(s)
-        self.now += s
-
-
 def recorded(nvml: FakeNvml, seconds: float, interval: float) -> tuple[int, list[dict]]:  # type: ignore[type-arg]
     out = io.StringIO()
-    clock = Clock()
+    clock = SleepingClock(100.0)
     polls = record(
         out, open_nvml(nvml), seconds=seconds, interval=interval, clock=clock, sleep=clock.sleep
     )
@@ -81,7 +69,7 @@ def test_a_lost_gpu_is_recorded_with_its_error() -> None:
     out = io.StringIO()
     module = open_nvml(nvml)
     nvml.gpus[1].lost = True
-    clock = Clock()
+    clock = SleepingClock(100.0)
     assert record(out, module, seconds=0, interval=1, clock=clock, sleep=clock.sleep) == 1
     lines = [json.loads(line) for line in out.getvalue().splitlines()]
     assert lines[0]["gpus"][1] == {"index": 1, "handle": {"error": "GpuIsLost"}}
