@@ -162,7 +162,8 @@ class KueuePlayer:
             self.emu.delete(*POD, pod["metadata"]["namespace"], pod["metadata"]["name"])
 
     # -- the Job controller ------------------------------------------------------------------
-    def make_pods(self, job: dict[str, Any]) -> list[dict[str, Any]]:
+    def make_pods(self, job: dict[str, Any], node: str | None = None) -> list[dict[str, Any]]:
+        """The Job controller's pods (bound to ``node`` as the scheduler would)."""
         meta = job["metadata"]
         n = int(job["spec"].get("parallelism") or 1)
         indexed = job["spec"].get("completionMode") == "Indexed"
@@ -179,7 +180,7 @@ class KueuePlayer:
                     "annotations": {INDEX: str(i)} if indexed else {},
                     "ownerReferences": [{"kind": "Job", "name": meta["name"]}],
                 },
-                "spec": job["spec"]["template"]["spec"],
+                "spec": {**job["spec"]["template"]["spec"], **({"nodeName": node} if node else {})},
                 "status": {"phase": "Pending"},
             }
             made.append(self.emu.put(pod))

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from recording import Stops
 from taugrid.domain.health import Kind, Observation
 from taugrid.domain.stops import StopReason
 from taugrid.executors.local.gpus import DeclaredGpus, LocalDeviceInventory
@@ -18,17 +19,6 @@ from taugrid.health.watchdog import Watched
 from taugrid.server.health import HealthMonitor
 from taugrid.store import connect
 from taugrid.store.health import HealthStore
-
-
-class Stops:
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, StopReason, str, float | None]] = []
-
-    def request_stop(
-        self, run_id: str, reason: StopReason, message: str, *, fault_at: float | None = None
-    ) -> bool:
-        self.calls.append((run_id, reason, message, fault_at))
-        return True
 
 
 @pytest.fixture

@@ -28,12 +28,18 @@ class Role(StrEnum):
 ROLES = tuple(r.value for r in Role)
 
 
+# A GPU health agent's account (one per cluster, its token in the agents' DaemonSet): it
+# may send health reports and nothing else (server/app.py refuses it every other route).
+AGENT_KIND = "agent"
+AGENT_ROUTE = "/api/v1/health/reports"
+
+
 @dataclass(frozen=True)
 class Caller:
     user: str
     admin: bool = False
     memberships: Mapping[str, Role] = field(default_factory=dict)
-    kind: str = "user"  # user | service
+    kind: str = "user"  # user | service | agent
     auth: str = "token"  # local | token | oidc
 
     @property

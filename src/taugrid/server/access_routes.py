@@ -29,7 +29,7 @@ class NewWorkspace(BaseModel):
 
 class NewUser(BaseModel):
     name: str = Field(pattern=NAME_PATTERN, max_length=63)
-    kind: str = Field("user", pattern="^(user|service)$")
+    kind: str = Field("user", pattern="^(user|service|agent)$")
     admin: bool = False
 
 

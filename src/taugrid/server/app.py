@@ -16,8 +16,9 @@ from sqlalchemy.exc import DBAPIError
 from starlette.concurrency import run_in_threadpool
 
 from taugrid import __version__
+from taugrid.domain.access import AGENT_KIND, AGENT_ROUTE
 from taugrid.domain.health.effects import Breaker
-from taugrid.errors import Conflict, DiskFull, TauError
+from taugrid.errors import Conflict, DiskFull, Forbidden, TauError
 from taugrid.executors.local.artifacts import LocalArtifactStore
 from taugrid.executors.local.executor import LocalExecutor
 from taugrid.executors.local.gpus import (
@@ -45,12 +46,13 @@ from taugrid.server.admission import AdmissionStrategy, InternalAdmission, Obser
 from taugrid.server.auth import Authenticator, ensure_token
 from taugrid.server.check_routes import router as check_router
 from taugrid.server.client_address import parse_trusted_proxies, request_source
-from taugrid.server.cluster import cluster_adapters
+from taugrid.server.cluster import ClusterAdapters, cluster_adapters
 from taugrid.server.code_fetch import load_code_key
 from taugrid.server.code_fetch import router as code_router
 from taugrid.server.diskspace import DiskSpace, is_disk_full, parse_headroom
 from taugrid.server.engine import RunEngine
 from taugrid.server.health import DEADLINE_S, NODE, HealthMonitor
+from taugrid.server.health_cluster import ClusterHealthController
 from taugrid.server.health_routes import router as health_router
 from taugrid.server.identity_service import IdentityService
 from taugrid.server.info_routes import router as info_router
@@ -165,6 +167,12 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
         )
         if health is not None:
             health.restore()  # GPUs out of service stay out, from the first pass on
+        cluster_health = app.state.health_cluster = (
+            cluster_health_controller(settings, HealthStore(db), kube, engine) if kube else None
+        )
+        if cluster_health is not None:
+            cluster_health.restore()
+            cluster_health.start()
         if kube is not None:
             kube.start(engine, queueing)  # informers listed before the first pass
         engine.step()  # re-adopt or finalise runs left by a previous server before serving
@@ -178,6 +186,8 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
         finally:
             if health is not None:
                 health.stop()
+            if cluster_health is not None:
+                cluster_health.stop()
             engine.stop()
             if kube is not None:
                 kube.close()
@@ -254,6 +264,8 @@ async def require_token(request: Request) -> None:
     caller = auth.local_caller(header)
     if caller is None:
         caller = await run_in_threadpool(auth.caller, header, source)
+    if caller.kind == AGENT_KIND and request.url.path != AGENT_ROUTE:
+        raise Forbidden("an agent's token sends GPU health reports and does nothing else")
     request.state.caller = caller
     await bounded_json(request)
 
@@ -316,6 +328,22 @@ def health_monitor(
         engine,
         store.gpu_holders,
         [Watched(s, node=NODE, deadline_s=DEADLINE_S) for s in sources],
+        shadow=settings.health == "shadow",
+        breaker=Breaker(*parse_breaker(settings.health_breaker)),
+    )
+
+
+def cluster_health_controller(
+    settings: ServerSettings, records: HealthStore, kube: ClusterAdapters, engine: RunEngine
+) -> ClusterHealthController | None:
+    """The cluster's GPU health controller (server/health_cluster.py): it acts on what
+    the nodes' agents report; None when off."""
+    if settings.health == "off":
+        return None
+    return ClusterHealthController(
+        records,
+        kube.nodes,
+        engine,
         shadow=settings.health == "shadow",
         breaker=Breaker(*parse_breaker(settings.health_breaker)),
     )

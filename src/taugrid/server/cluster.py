@@ -21,6 +21,7 @@ from taugrid.executors.kubernetes.client import KubeClient
 from taugrid.executors.kubernetes.executor import KubernetesExecutor
 from taugrid.executors.kubernetes.lightkube_client import LightkubeClient
 from taugrid.executors.kubernetes.logs import KubeLogSource, PodLogArchiver
+from taugrid.executors.kubernetes.node_health import KubeNodeActuator
 from taugrid.executors.kubernetes.policy_sync import KubePolicyTarget
 from taugrid.executors.kubernetes.reported import ReportedFiles
 from taugrid.executors.kubernetes.secrets import KubeSecretStore
@@ -64,6 +65,7 @@ class ClusterAdapters:
     logs: LogSource
     policy_target: PolicyTarget
     policy: _PolicyCache
+    nodes: KubeNodeActuator  # the GPU health controller's hands (server/health_cluster.py)
 
     def start(self, engine: RunEngine, queueing: Queueing) -> None:
         """Wire the adapters to the engine and list the cluster before the first pass."""
@@ -155,4 +157,5 @@ def cluster_adapters(
         logs=KubeLogSource(settings.runs_dir),
         policy_target=KubePolicyTarget(client, target),
         policy=policy,
+        nodes=KubeNodeActuator(client),
     )

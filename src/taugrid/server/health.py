@@ -157,7 +157,7 @@ class HealthMonitor:
             "kind": obs.kind.value,
             "xid": obs.xid,
             "level": int(d.level),
-            "action": _action(d),
+            "action": action_of(d),
             "outcome": effects.outcome,
             "reason": f"{d.reason}: {effects.words}",
         }
@@ -204,19 +204,9 @@ class HealthMonitor:
     def return_gpu(self, index: int, by: str) -> bool:
         """Back into service after a person's decision; False when it was not out."""
         gpu = self._gpu(index)
-        event = {
-            "at": self.clock(),
-            "node": NODE,
-            "gpu": gpu.uuid,
-            "gpu_index": gpu.index,
-            "source": "admin",
-            "kind": "returned",
-            "xid": None,
-            "level": 0,
-            "action": "return to service",
-            "outcome": APPLIED,
-            "reason": f"GPU {gpu.index} returned to service by {by}",
-        }
+        event = returned_event(
+            self.clock(), NODE, gpu.uuid, gpu.index, f"GPU {gpu.index} returned to service by {by}"
+        )
         with self._lock:
             if not self.store.release(gpu.uuid, by, event):
                 return False
@@ -232,7 +222,27 @@ class HealthMonitor:
         raise NotFound(f"no GPU {index} on this machine (GPUs: {known})")
 
 
-def _action(d: Decision) -> str:
+def returned_event(
+    at: float, node: str, gpu: str | None, index: int | None, reason: str
+) -> dict[str, Any]:
+    """The audit row of a person's return to service."""
+    return {
+        "at": at,
+        "node": node,
+        "gpu": gpu,
+        "gpu_index": index,
+        "source": "admin",
+        "kind": "returned",
+        "xid": None,
+        "level": 0,
+        "action": "return to service",
+        "outcome": APPLIED,
+        "reason": reason,
+    }
+
+
+def action_of(d: Decision) -> str:
+    """What a decision's level calls for, in the events' words."""
     if d.level >= 5:
         return "fail closed"
     if d.level >= 2:

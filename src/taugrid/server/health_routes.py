@@ -6,7 +6,12 @@
 - ``GET /api/v1/admin/health/events``: the monitor's decisions, newest first
   (``since``, ``level``, ``limit``), platform admins only;
 - ``POST /api/v1/admin/health/return``: a GPU back into service after a human decision;
-- ``POST /api/v1/admin/health/inject``: a fault through the monitor, for drills and demos.
+- ``POST /api/v1/admin/health/inject``: a fault through the monitor, for drills and demos;
+- ``POST /api/v1/health/reports``: a cluster node's agent reports what it saw (and that it
+  lives); an agent's token (user kind ``agent``) reaches this route and no other.
+
+On a cluster server (``server/health_cluster.py``) ``GET /api/v1/gpus`` lists the GPU
+nodes (``nodes``) and ``return`` takes a node.
 
 A server without a monitor (``--health off``, or a cluster server: its nodes' GPUs are
 the cluster's) answers ``monitor: "off"`` and its GPUs with health ``unknown``, never a
@@ -21,10 +26,12 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
-from taugrid.domain.access import Caller, can_read
+from taugrid.domain.access import AGENT_KIND, Caller, can_read
 from taugrid.domain.health import LEVEL_WORDS, Level
-from taugrid.errors import UsageError
+from taugrid.errors import NotFound, UsageError
+from taugrid.health.replay import parse_record
 from taugrid.server.health import HealthMonitor
+from taugrid.server.health_cluster import ClusterHealthController, NodeReport
 from taugrid.server.routes import require_admin
 
 router = APIRouter(prefix="/api/v1")
@@ -47,6 +54,7 @@ class GpusOut(BaseModel):
     node: str
     monitor: str  # on | shadow | off
     gpus: list[GpuOut]
+    nodes: list[NodeOut] | None = None  # a cluster server's GPU nodes
 
 
 class HealthEventOut(BaseModel):
@@ -69,8 +77,38 @@ class HealthEventsOut(BaseModel):
     events: list[HealthEventOut]
 
 
+class NodeOut(BaseModel):
+    node: str
+    health: str  # healthy | unhealthy | unknown (no agent heard from lately)
+    level: int
+    cordoned_by_taugrid: bool
+    agent_seen_at: float | None
+    gpus: list[dict[str, Any]]
+    out_of_service: list[dict[str, Any]]
+
+
 class GpuRef(BaseModel):
     gpu: int = Field(ge=0)
+
+
+class ReturnIn(BaseModel):
+    gpu: int | None = Field(None, ge=0)  # one machine's GPU by index ...
+    node: str | None = Field(None, min_length=1, max_length=253)  # ... or a cluster node
+
+
+class ReportIn(BaseModel):
+    node: str = Field(min_length=1, max_length=253)
+    observations: list[dict[str, Any]] = Field(default_factory=list, max_length=10_000)
+    gpus: list[dict[str, Any]] = Field(default_factory=list, max_length=64)
+    gpu_pods: dict[str, list[str]] | None = None
+
+
+class ReportOut(BaseModel):
+    node: str
+    level: int
+    healthy: bool
+    reason: str
+    events: list[int]
 
 
 class InjectIn(GpuRef):
@@ -86,8 +124,13 @@ def _monitor(request: Request) -> HealthMonitor | None:
     return monitor
 
 
-def _need_monitor(request: Request) -> HealthMonitor:
-    monitor = _monitor(request)
+def _controller(request: Request) -> ClusterHealthController | None:
+    found: ClusterHealthController | None = getattr(request.app.state, "health_cluster", None)
+    return found
+
+
+def _need_monitor(request: Request) -> HealthMonitor | ClusterHealthController:
+    monitor = _monitor(request) or _controller(request)
     if monitor is None:
         raise UsageError(
             "GPU health monitoring is off on this server (tau server start --health on)"
@@ -100,6 +143,11 @@ def get_gpus(request: Request) -> GpusOut:
     monitor = _monitor(request)
     caller: Caller = request.state.caller
     svc = request.app.state.service
+    controller = _controller(request)
+    if controller is not None:
+        nodes = _node_views(controller)
+        mode = "shadow" if controller.shadow else "on"
+        return GpusOut(node="cluster", monitor=mode, gpus=[], nodes=nodes)
     if monitor is None:
         return GpusOut(node="local", monitor="off", gpus=_unmonitored(request))
     devices = monitor.devices
@@ -124,6 +172,10 @@ def get_gpus(request: Request) -> GpusOut:
             )
         )
     return GpusOut(node="local", monitor="shadow" if monitor.shadow else "on", gpus=gpus)
+
+
+def _node_views(controller: ClusterHealthController) -> list[NodeOut]:
+    return [NodeOut(**n) for n in controller.nodes_view()]
 
 
 def _unmonitored(request: Request) -> list[GpuOut]:
@@ -155,19 +207,55 @@ def get_health_events(
 
 
 @router.post("/admin/health/return", response_model=GpusOut)
-def post_health_return(body: GpuRef, request: Request) -> GpusOut:
+def post_health_return(body: ReturnIn, request: Request) -> GpusOut:
     require_admin(request)
     monitor = _need_monitor(request)
     caller: Caller = request.state.caller
-    if not monitor.return_gpu(body.gpu, caller.user):
-        raise UsageError(f"GPU {body.gpu} is not out of service")
+    if isinstance(monitor, ClusterHealthController):
+        if body.node is None:
+            raise UsageError("a cluster returns a node: tau admin health return NODE")
+        if not monitor.return_node(body.node, caller.user):
+            raise UsageError(f"node {body.node} is not out of service")
+    else:
+        if body.gpu is None:
+            raise UsageError("this server returns a GPU by its index: tau admin health return N")
+        if not monitor.return_gpu(body.gpu, caller.user):
+            raise UsageError(f"GPU {body.gpu} is not out of service")
     return get_gpus(request)
+
+
+@router.post("/health/reports", response_model=ReportOut)
+async def post_health_report(body: ReportIn, request: Request) -> ReportOut:
+    caller: Caller = request.state.caller
+    if caller.kind != AGENT_KIND and not caller.platform_admin:
+        raise NotFound("not found")
+    controller = _controller(request)
+    if controller is None:
+        raise UsageError("this server takes no agent reports: it is not a cluster server")
+    observations = [
+        parse_record(doc, f"observations[{n}]", node=body.node)
+        for n, doc in enumerate(body.observations)
+    ]
+    report = NodeReport(body.node, observations, body.gpus, body.gpu_pods, caller.user)
+    standing = await run_in_threadpool(controller.report, report)
+    return ReportOut(
+        node=standing.node,
+        level=standing.level,
+        healthy=standing.healthy,
+        reason=standing.reason,
+        events=list(standing.events),
+    )
 
 
 @router.post("/admin/health/inject", response_model=InjectOut)
 async def post_health_inject(body: InjectIn, request: Request) -> InjectOut:
     require_admin(request)
-    monitor = _need_monitor(request)
+    monitor = _monitor(request)
+    if monitor is None:
+        raise UsageError(
+            "fault injection is a local server's drill; on a cluster, run the node's agent "
+            "with --replay FILE"
+        )
     handled = await run_in_threadpool(monitor.inject, body.gpu, body.xid)
     ids = [h.event_id for h in handled]
     rows = monitor.store.events(ids=ids, limit=max(1, len(ids)))

@@ -13,7 +13,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from taugrid.domain.access import ROLES, Caller, administered_workspaces, can_manage_members
+from taugrid.domain.access import (
+    AGENT_KIND,
+    ROLES,
+    Caller,
+    administered_workspaces,
+    can_manage_members,
+)
 from taugrid.domain.states import RunState
 from taugrid.errors import Conflict, NotFound, UsageError
 from taugrid.server.queueing import Queueing
@@ -81,6 +87,8 @@ class IdentityService:
         self, caller: Caller, name: str, *, kind: str = "user", admin: bool = False
     ) -> dict[str, Any]:
         _require_admin(caller)
+        if kind == AGENT_KIND and admin:
+            raise UsageError("a GPU health agent's account cannot be an admin")
         return self.identity.add_user(name, kind=kind, admin=admin)
 
     def list_users(self, caller: Caller) -> dict[str, Any]:

@@ -13,29 +13,28 @@ import pytest
 
 from fakeclock import SleepingClock
 from kube_emulator import KubeEmulator
+from recording import gpu_node as node
 from taugrid.executors.kubernetes.lightkube_client import LightkubeClient
 from taugrid.executors.kubernetes.node_health import CORDONED_BY, TAINT_KEY, KubeNodeActuator
 
 pytestmark = pytest.mark.timeout(30)
 
 
-def node(name: str, gpus: int = 8, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name},
-        "spec": spec,
-        "status": {"allocatable": {"nvidia.com/gpu": str(gpus), "cpu": "96"}},
-    }
-
-
-def pod(name: str, node_name: str, ours: bool = True) -> dict[str, Any]:
-    labels = {"taugrid.io/managed-by": "taugrid"} if ours else {"app": "other"}
+def pod(
+    name: str, node_name: str, ours: bool = True, gpus: int = 1, run_id: str = "train"
+) -> dict[str, Any]:
+    labels = (
+        {"taugrid.io/managed-by": "taugrid", "taugrid.io/run-id": run_id}
+        if ours
+        else {"app": "other", "taugrid.io/run-id": "spoofed"}
+    )
+    limits = {"nvidia.com/gpu": str(gpus)} if gpus else {}
+    container = {"name": "workload", "image": "x", "resources": {"limits": limits}}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": "team-a", "labels": labels},
-        "spec": {"nodeName": node_name, "containers": [{"name": "workload", "image": "x"}]},
+        "metadata": {"name": name, "namespace": "team-a", "labels": labels, "uid": f"uid-{name}"},
+        "spec": {"nodeName": node_name, "containers": [container]},
     }
 
 
@@ -86,14 +85,19 @@ def test_a_node_someone_else_cordoned_is_tainted_but_never_uncordoned_by_us(
     assert still is not None and still["spec"]["unschedulable"] is True
 
 
-def test_evictions_wait_out_a_disruption_budget_and_only_taugrids_pods_are_chosen(
+def test_evictions_wait_out_a_disruption_budget_and_pods_say_whose_they_are(
     kube_emulator: KubeEmulator, actuator: tuple[KubeNodeActuator, SleepingClock]
 ) -> None:
     act, clock = actuator
     kube_emulator.put(pod("train-a0-0", "gpu-1"))
     kube_emulator.put(pod("train-a0-1", "gpu-2"))
     kube_emulator.put(pod("someone-else", "gpu-1", ours=False))
-    assert act.gpu_pods("gpu-1") == [("team-a", "train-a0-0")]
+    kube_emulator.put(pod("sidecar-ds", "gpu-1", ours=False, gpus=0))
+    on = {p.name: p for p in act.pods_on("gpu-1")}
+    assert sorted(on) == ["sidecar-ds", "someone-else", "train-a0-0"]
+    assert on["train-a0-0"].run_id == "train" and on["train-a0-0"].gpus == 1
+    assert on["someone-else"].run_id == "" and on["someone-else"].gpus == 1  # label not ours
+    assert on["sidecar-ds"].gpus == 0 and on["train-a0-0"].uid == "uid-train-a0-0"
     kube_emulator.fail_next(
         r"/api/v1/namespaces/team-a/pods/train-a0-0/eviction",
         429,

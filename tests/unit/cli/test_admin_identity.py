@@ -281,10 +281,15 @@ def test_user_add(fake: FakeAdmin, tau: Any) -> None:
         "created_at": T0,
         "memberships": {},
     }
+    r = tau("admin", "user", "add", "gpu-agents", "--agent")
+    assert r.out.splitlines()[0] == "GPU health agent account gpu-agents added"
+    r = tau("admin", "user", "add", "bad", "--agent", "--admin")
+    assert r.code == 2 and "--agent is an account of its own" in r.err
     assert fake.calls == [
         ("create_user", "alice", "user", False),
         ("create_user", "ci-bot", "service", False),
         ("create_user", "root", "user", True),
+        ("create_user", "gpu-agents", "agent", False),
     ]
 
 

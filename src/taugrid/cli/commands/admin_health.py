@@ -68,11 +68,19 @@ def events(since: str | None, level: int, limit: int, output: str) -> None:
         )
 
 
-@health.command(name="return", help="Put a GPU back into service after a human decision.")
-@click.argument("gpu", type=click.IntRange(min=0))
-def return_gpu(gpu: int) -> None:
-    connect().call("POST", "/admin/health/return", json_body={"gpu": gpu})
-    click.echo(f"GPU {gpu} is back in service")
+@health.command(
+    name="return",
+    help="Put a GPU (by index) or a cluster node (by name) back into service after a human "
+    "decision.",
+)
+@click.argument("target")
+def return_gpu(target: str) -> None:
+    if target.isdigit():
+        connect().call("POST", "/admin/health/return", json_body={"gpu": int(target)})
+        click.echo(f"GPU {target} is back in service")
+    else:
+        connect().call("POST", "/admin/health/return", json_body={"node": target})
+        click.echo(f"node {target} is back in service (TauGrid's cordon, if any, undone)")
 
 
 @health.command(name="inject", help="Inject a fault through the monitor (drills and demos).")

@@ -173,14 +173,22 @@ def user() -> None:
 @user.command(name="add", help="Add a user, or a service account for CI (--service).")
 @click.argument("name")
 @click.option("--service", is_flag=True, help="A service account (kind service), e.g. for CI.")
+@click.option(
+    "--agent", is_flag=True, help="The GPU health agents' account (sends health reports only)."
+)
 @click.option("--admin", "is_admin", is_flag=True, help="A platform admin (every workspace).")
 @output_option
-def user_add(name: str, service: bool, is_admin: bool, output: str) -> None:
-    data = connect().create_user(name, kind="service" if service else "user", admin=is_admin)
+def user_add(name: str, service: bool, agent: bool, is_admin: bool, output: str) -> None:
+    if agent and (service or is_admin):
+        raise UsageError("--agent is an account of its own: not with --service or --admin")
+    kind = "agent" if agent else "service" if service else "user"
+    data = connect().create_user(name, kind=kind, admin=is_admin)
     if output == "json":
         emit_json(data)
         return
-    what = "service account" if data["kind"] == "service" else "user"
+    what = {"service": "service account", "agent": "GPU health agent account"}.get(
+        data["kind"], "user"
+    )
     click.echo(f"{what} {data['name']} added" + (" (admin)" if data["admin"] else ""))
     click.echo(f"give it a token: tau admin token create --user {data['name']}")
 

@@ -129,8 +129,10 @@ class KubeClient(Protocol):
         """The object; raises NotFound."""
         ...
 
-    def patch(self, ref: ObjectRef, patch: JsonObject) -> JsonObject:
-        """A JSON merge patch (RFC 7386) of the object (lists are replaced whole)."""
+    def patch(self, ref: ObjectRef, patch: JsonObject, *, subresource: str = "") -> JsonObject:
+        """A JSON merge patch (RFC 7386) of the object, or of its ``subresource``
+        ("status"); lists are replaced whole, so a patch of a list another writer shares
+        carries ``metadata.resourceVersion`` (a 409 Conflict if it changed meanwhile)."""
         ...
 
     def evict(self, namespace: str, pod: str) -> None:

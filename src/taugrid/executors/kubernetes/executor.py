@@ -47,6 +47,7 @@ from taugrid.executors.kubernetes.client import (
 from taugrid.executors.kubernetes.cluster_cache import ClusterCache, attempt_key
 from taugrid.executors.kubernetes.ledger import Entry, LaunchLedger
 from taugrid.executors.kubernetes.logs import PodLogArchiver
+from taugrid.executors.kubernetes.node_health import evict_pod
 from taugrid.executors.kubernetes.observe import AttemptObjects, observe
 from taugrid.executors.kubernetes.positions import QueuePositions
 from taugrid.manifests.plan import (
@@ -64,6 +65,10 @@ from taugrid.spec.models import TauSpec
 from taugrid.spec.modes import CLUSTER
 
 log = logging.getLogger("taugrid.kubernetes")
+# Stops whose pods leave through the Eviction API before their objects are deleted, and
+# how long a disruption budget may hold one off (the delete thread waits meanwhile).
+EVICTED_STOPS = frozenset({StopReason.HARDWARE, StopReason.DRAIN})
+EVICT_STOP_DEADLINE_S = 120.0
 
 # A queued attempt's objects exist before admission, and its code is fetched only once
 # Kueue admits it: the token must outlive a long queue.
@@ -384,6 +389,19 @@ class KubernetesExecutor:
         namespace = entry.namespace if entry is not None else self._namespace_of(key)
         if namespace is None:
             return
+        if entry is not None and entry.stop in EVICTED_STOPS:
+            # A hardware fault or a drain takes the pods off through the Eviction API
+            # first, so a PodDisruptionBudget is heard (bounded: the GPU is faulty).
+            for pod in self.cache.pods(key):
+                meta = pod.get("metadata") or {}
+                evict_pod(
+                    self.client,
+                    meta.get("namespace") or namespace,
+                    meta["name"],
+                    EVICT_STOP_DEADLINE_S,
+                    clock=self._clock,
+                    sleep=self._sleep,
+                )
         kinds = [("batch/v1", "Job"), ("ray.io/v1", "RayJob")]
         if entry is not None:
             kinds = [k for k in kinds if k[1] == entry.kind]

@@ -350,8 +350,8 @@ class LightkubeClient(KubeClient):
         path = api_path(ref.api_version, ref.kind, ref.namespace, ref.name)
         return _object(self._call("get", ref, "GET", path), "get", ref)
 
-    def patch(self, ref: ObjectRef, patch: JsonObject) -> JsonObject:
-        path = api_path(ref.api_version, ref.kind, ref.namespace, ref.name)
+    def patch(self, ref: ObjectRef, patch: JsonObject, *, subresource: str = "") -> JsonObject:
+        path = api_path(ref.api_version, ref.kind, ref.namespace, ref.name, subresource)
         resp = self._call("patch", ref, "PATCH", path, body=patch, content_type=MERGE_PATCH)
         return _object(resp, "patch", ref)
 
