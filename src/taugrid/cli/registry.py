@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "gpus",
         "Show GPUs: health, what is out of service and why, what runs where.",
     ),
+    "health": ("health", "Run the GPU health agent of a cluster node."),
     "validate": ("validate", "Check a tau.yaml without submitting it."),
     "render": ("render", "Print the Kubernetes objects a run would create."),
     "schema": ("schema", "Print the JSON Schema of tau.yaml."),

@@ -164,6 +164,27 @@ def test_an_agents_token_sends_reports_and_reaches_nothing_else(
             code, body = post(tau, path, {"runs": [], "name": "x", "node": "gpu-1"}, agent)
             assert code == 403, (path, code, body)
             assert "health reports" in body["error"]["message"]
+        # The agent itself, on a drill's replay file: its report cordons the node.
+        token_file = tmp_path / "agent-token"
+        token_file.write_text(agent + "\n")
+        drill = tmp_path / "drill.jsonl"
+        line = {"kind": "xid", "gpu_uuid": "GPU-0", "at": time.time(), "xid": 79}
+        drill.write_text(json.dumps(line) + "\n")
+        server = tau.server_info()["url"]
+        argv = ["--server", server, "--token-file", str(token_file), "--node", "gpu-1"]
+        proc = tau("health", "agent", *argv, "--replay", str(drill), "--no-nvml", "--once")
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["healthy"] is False
+        got = kube_emulator.get("v1", "Node", None, "gpu-1")
+        assert got is not None and got["spec"]["unschedulable"] is True
+        (cond,) = [c for c in got["status"].get("conditions") or [] if c["type"] == "GPUHealthy"]
+        assert cond["status"] == "False" and cond["reason"] == "GPUFaultL3"
+        # A token the server does not know: refused in one line, not retried forever.
+        token_file.write_text("tau_not_a_token\n")
+        proc = tau("health", "agent", *argv, "--no-nvml", "--once")
+        assert proc.returncode == 2 and "refused the report (401)" in proc.stderr
+        assert "Traceback" not in proc.stderr
+
         url = tau.server_info()["url"] + "/api/v1/runs"
         req = urllib.request.Request(url, headers={"Authorization": f"Bearer {agent}"})
         with pytest.raises(urllib.error.HTTPError) as got:
