@@ -27,10 +27,11 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY src ./src
 # hatchling (pinned in pyproject's build-system) builds the wheel; `s3` is object
-# storage for checkpoints and outputs (the sync-checkpoints and fetch-resume helpers).
+# storage for checkpoints and outputs (the sync-checkpoints and fetch-resume helpers);
+# `agent` the GPU health agent's pod-resources client (tau health agent, on each node).
 RUN pip wheel --no-deps -w /wheels . \
     && python -m venv /opt/taugrid \
-    && /opt/taugrid/bin/pip install "$(ls /wheels/taugrid-*.whl)[s3]"
+    && /opt/taugrid/bin/pip install "$(ls /wheels/taugrid-*.whl)[s3,agent]"
 
 # --- runtime ----------------------------------------------------------------------------
 FROM ${PYTHON_IMAGE}

@@ -14,10 +14,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # `make test` also installs PyTorch (examples/pytorch-ddp-resume), Ray (launcher: ray) and
-# s3fs (object storage, tested against moto's S3 server); `make demo` needs none of them.
+# s3fs (object storage, tested against moto's S3 server) and grpcio (the GPU health agent's
+# pod-resources client, tested against a real gRPC server); `make demo` needs none of them.
 TORCH_STAMP := $(VENV)/.installed-test
 $(TORCH_STAMP): $(STAMP)
-	$(BIN)/pip install -q -e '.[dev,examples,torch,ray,s3]'
+	$(BIN)/pip install -q -e '.[dev,examples,torch,ray,s3,agent]'
 	touch $(TORCH_STAMP)
 
 install: $(STAMP)

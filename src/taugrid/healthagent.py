@@ -11,8 +11,10 @@ and acts (``server/health_cluster.py``: cordon, taint, evict, restart elsewhere)
   that keeps the node from showing ``unknown``). A report the server did not take is
   kept and sent again (at most ``PENDING_MAX`` observations, the oldest dropped with a
   warning), so a server restart loses nothing the node saw.
-- Which pods use which GPU (the kubelet's pod-resources API) is not read yet: the server
-  then treats an L2 fault as the node's GPU pods' (failing safe, its event says so).
+- Which pods use which GPU: the kubelet's pod-resources API (``taugrid.health.
+  podresources``), sent with each report that has observations, so the server narrows an
+  L2 fault to the pods on that GPU; where it cannot be read the server takes the node's
+  GPU pods instead (failing safe, its event says so).
 
 It uses the standard library for HTTP and imports nothing of the server.
 """
@@ -35,6 +37,7 @@ from typing import Any
 from taugrid.domain.health import Observation
 from taugrid.health.kmsg import KmsgSource
 from taugrid.health.nvml import NvmlEventSource, NvmlPollSource, load_nvml, open_gpus, shutdown
+from taugrid.health.podresources import SOCKET, PodResources
 from taugrid.health.replay import FIELDS, ReplaySource
 from taugrid.health.watchdog import Watched
 from taugrid.ports.health import FaultSource
@@ -86,6 +89,7 @@ class Agent:
     gpus: list[dict[str, Any]] = field(default_factory=list)
     interval_s: float = 30.0
     clock: Callable[[], float] = time.monotonic
+    pods: PodResources | None = None  # which pods use which GPU (the kubelet's API)
     pending: list[dict[str, Any]] = field(default_factory=list)
     last_sent: float | None = None
     standing: dict[str, Any] | None = None
@@ -118,7 +122,9 @@ class Agent:
     def report(self) -> bool:
         """Send what is pending (or a heartbeat); True when the server took it."""
         batch = list(self.pending)
-        body = {"node": self.node, "observations": batch, "gpus": self.gpus}
+        body: dict[str, Any] = {"node": self.node, "observations": batch, "gpus": self.gpus}
+        if batch and self.pods is not None:  # asked only when there is a fault to narrow
+            body["gpu_pods"] = self.pods.gpu_pods()
         try:
             self.standing = self.sender.send(body)
         except (OSError, ValueError) as exc:  # unreachable, or an answer that is not JSON
@@ -131,6 +137,8 @@ class Agent:
     def close(self) -> None:
         for source in self.sources:
             source.close()
+        if self.pods is not None:
+            self.pods.close()
 
 
 def _record(obs: Observation) -> dict[str, Any]:
@@ -169,6 +177,7 @@ def build(
     kmsg: str | None = None,
     nvml: bool = True,
     interval_s: float = 30.0,
+    pod_resources: str | None = SOCKET,
 ) -> Agent:
     gpus, pci = node_gpus() if nvml else ([], {})
     sources: list[FaultSource] = []
@@ -180,7 +189,8 @@ def build(
     if replay is not None:
         sources.append(ReplaySource(replay, node=node))
     watched = [Watched(s, node=node, deadline_s=DEADLINE_S) for s in sources]
-    return Agent(node, watched, sender, gpus=gpus, interval_s=interval_s)
+    pods = PodResources(pod_resources) if pod_resources else None
+    return Agent(node, watched, sender, gpus=gpus, interval_s=interval_s, pods=pods)
 
 
 def run(agent: Agent, *, once: bool = False, stop: Callable[[], bool] = lambda: False) -> int:
@@ -222,6 +232,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--replay", type=Path, help="Observations to report (a drill).")
     parser.add_argument("--kmsg", help="The kernel log to read (/dev/kmsg where GPUs are).")
     parser.add_argument("--no-nvml", action="store_true", help="Do not read NVML.")
+    parser.add_argument(
+        "--pod-resources", default=SOCKET, help="The kubelet's pod-resources socket ('' : none)."
+    )
     parser.add_argument("--interval", type=float, default=30.0, help="Heartbeat, seconds.")
     parser.add_argument("--once", action="store_true", help="Read once, report, print, exit.")
     args = parser.parse_args(argv)
@@ -236,6 +249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             kmsg=args.kmsg,
             nvml=not args.no_nvml,
             interval_s=args.interval,
+            pod_resources=args.pod_resources or None,
         )
         return run(agent, once=args.once)
     except Exception as exc:  # unreadable token, a replay refused with its line: one line

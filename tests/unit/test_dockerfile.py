@@ -185,14 +185,16 @@ def test_the_wheel_is_installed_with_the_cluster_servers_extras(stages: list[Sta
     # index could answer).
     found = re.search(r"pip install [^&]*?(\S+\.whl)\)?\[([\w,]+)\]", runs)
     assert found, runs
-    assert "s3" in found[2].split(","), found[0]  # object storage: the checkpoint helpers
+    extras = found[2].split(",")
+    assert "s3" in extras, found[0]  # object storage: the checkpoint helpers
+    assert "agent" in extras, found[0]  # the GPU health agent runs from the same image
     # The extra exists in the project's metadata (pyproject.toml).
     import tomllib
 
     optional = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
         "optional-dependencies"
     ]
-    assert "s3" in optional
+    assert "s3" in optional and "agent" in optional
 
 
 def test_runs_as_the_pods_uid_with_tau_home(runtime: Stage) -> None:

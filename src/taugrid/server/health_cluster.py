@@ -54,7 +54,7 @@ class NodeReport:
     node: str
     observations: Sequence[Observation]
     gpus: Sequence[Mapping[str, Any]] = ()  # [{"index", "uuid", "name"}] as the agent sees
-    gpu_pods: Mapping[str, Sequence[str]] | None = None  # GPU uuid -> pod uids using it
+    gpu_pods: Mapping[str, Sequence[str]] | None = None  # GPU uuid -> "namespace/pod" on it
     agent: str = ""
 
 
@@ -267,8 +267,8 @@ class ClusterHealthController:
             return on_gpus, False
         if gpu_pods is None:
             return on_gpus, True
-        uids = set(gpu_pods.get(gpu_uuid, ()))
-        return [p for p in on_gpus if p.uid in uids], False
+        named = set(gpu_pods.get(gpu_uuid, ()))
+        return [p for p in on_gpus if f"{p.namespace}/{p.name}" in named], False
 
     # -- what people do ---------------------------------------------------------------------
     def return_node(self, node: str, by: str) -> bool:

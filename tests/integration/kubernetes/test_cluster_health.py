@@ -122,7 +122,7 @@ def test_an_l2_fault_stops_only_the_runs_on_that_gpu_and_cordons_nothing(
         "gpu-1",
         [xid("gpu-1", "GPU-b", 95)],
         gpus=gpus,
-        gpu_pods={"GPU-a": ["u-train-a0-0"], "GPU-b": ["u-eval-a0-0"]},
+        gpu_pods={"GPU-a": ["team-a/train-a0-0"], "GPU-b": ["team-a/eval-a0-0"]},
     )
     standing = c.report(rep)
     assert [s[0] for s in stops.calls] == ["eval"]

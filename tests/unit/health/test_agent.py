@@ -10,8 +10,15 @@ from typing import Any
 
 import pytest
 
+from taugrid.health.podresources import PodResources
 from taugrid.health.replay import ReplaySource
 from taugrid.healthagent import Agent, ReportRefused, Sender, build, main, run
+
+# A ListPodResourcesResponse: pod team-a/train-a0-0, container c, nvidia.com/gpu GPU-0.
+_DEV = b"\x0a\x0envidia.com/gpu\x12\x05GPU-0"
+_CONTAINER = b"\x0a\x01c\x12" + bytes([len(_DEV)]) + _DEV
+_POD = b"\x0a\x0atrain-a0-0\x12\x06team-a\x1a" + bytes([len(_CONTAINER)]) + _CONTAINER
+POD_ON_GPU0 = b"\x0a" + bytes([len(_POD)]) + _POD
 
 LINES = [
     {"kind": "xid", "gpu_uuid": "GPU-0", "at": 1796000000.0, "xid": 79, "source": "kmsg"},
@@ -53,6 +60,7 @@ def agent(tmp_path: Path, transport: Transport, clock: list[float]) -> Agent:
         sender,
         gpus=[{"index": 0, "uuid": "GPU-0"}],
         interval_s=30,
+        pods=PodResources(call=lambda timeout: POD_ON_GPU0),
         clock=lambda: clock[0],
     )
 
@@ -68,12 +76,14 @@ def test_a_report_carries_the_observations_the_gpus_and_the_node_once(tmp_path: 
         {"kind": "xid", "gpu_uuid": "GPU-0", "at": 1796000000.0, "xid": 79, "source": "kmsg"},
         {"kind": "remap_pending", "gpu_uuid": "GPU-1", "at": 1796000001.0},
     ]
+    assert body["gpu_pods"] == {"GPU-0": ["team-a/train-a0-0"]}  # the kubelet's map
     assert a.pending == [] and a.standing is not None and a.standing["level"] == 3
     # Nothing new: no report until the heartbeat is due, then an empty one.
     assert a.read() == 0 and not a.due()
     clock[0] += 30
     assert a.due() and a.report()
     assert transport.bodies[-1]["observations"] == []
+    assert "gpu_pods" not in transport.bodies[-1]  # a heartbeat asks the kubelet nothing
 
 
 def test_what_the_server_did_not_take_is_sent_again(tmp_path: Path) -> None:
