@@ -295,6 +295,15 @@ class _GpuLost(Exception):
 _NA = object()  # a getter this GPU does not answer (NOT_SUPPORTED, or another error)
 
 
+# nvmlClocksEventReason* bits the hardware sets itself (NVML's values).
+HW_SLOWDOWN_BITS = (
+    (0x8, "HW slowdown"),
+    (0x40, "HW thermal slowdown"),
+    (0x80, "HW power brake"),
+)
+HW_SLOWDOWN_MASK = 0x8 | 0x40 | 0x80
+
+
 class NvmlPollSource(_Nvml):
     """Every ``interval_s``, each GPU's counters and states, against what it read before."""
 
@@ -315,6 +324,7 @@ class NvmlPollSource(_Nvml):
         self._ecc: dict[int, int] = {}  # the last uncorrectable volatile count
         self._links: dict[int, frozenset[int]] = {}  # the links up at the first poll
         self._slowdown: dict[int, int] = {}
+        self._clock_mask: dict[int, int] = {}  # the hardware slowdown bits seen last
 
     def _start(self, nvml: Any) -> str:
         self._gpus = open_gpus(nvml)
@@ -337,6 +347,7 @@ class NvmlPollSource(_Nvml):
                 for step in (self._ecc_delta, self._remap, self._recovery, self._nvlink):
                     out.extend(step(nvml, g, now))
                 out.extend(self._thermal(nvml, g, now))
+                out.extend(self._clocks(nvml, g, now))
             except _GpuLost:
                 out.append(self._missing(g.uuid, now, "NVML: the GPU is lost"))
         return out
@@ -472,3 +483,23 @@ class NvmlPollSource(_Nvml):
         if degrees is _NA or degrees < limit:
             return []
         return [self._obs(Kind.THERMAL, g, now, degrees, f"{degrees} C, slowdown at {limit} C")]
+
+    def _clocks(self, nvml: Any, g: NvmlGpu, now: float) -> list[Observation]:
+        """The hardware's own clock slowdowns (HW slowdown, HW thermal, power brake), on a
+        change: a software power cap or an idle GPU is normal operation, not a symptom."""
+        fn = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+            nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
+        )
+        if fn is None:
+            return []
+        mask = self._get(nvml, g, "clocks", fn)
+        if mask is _NA:
+            return []
+        hw = int(mask) & HW_SLOWDOWN_MASK
+        before = self._clock_mask.get(g.index, 0)
+        self._clock_mask[g.index] = hw
+        if not hw or hw == before:
+            return []
+        names = [name for bit, name in HW_SLOWDOWN_BITS if hw & bit]
+        detail = f"clocks slowed: {', '.join(names)} (reasons 0x{int(mask):x})"
+        return [self._obs(Kind.CLOCK_SLOWDOWN, g, now, hw, detail)]

@@ -92,6 +92,7 @@ class FakeGpu:
     links: list[int] = field(default_factory=list)  # NVLink states; later links: InvalidArgument
     temperature: int = 40
     slowdown: int = 87
+    clocks: int = 0  # nvmlDeviceGetCurrentClocksEventReasons' mask
     events: int = 0x8 | 0x2  # supported event types (Xid, DBE)
     lost: bool = False  # every call on it raises GPU_IS_LOST
     unsupported: set[str] = field(default_factory=set)  # function names: NotSupported
@@ -256,6 +257,11 @@ class FakeNvml:
         gpu = self._enter("nvmlDeviceGetTemperatureThreshold", handle)
         assert gpu is not None and threshold == self.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN
         return gpu.slowdown
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: int) -> int:
+        gpu = self._enter("nvmlDeviceGetCurrentClocksEventReasons", handle)
+        assert gpu is not None
+        return gpu.clocks
 
     def nvmlEventSetCreate(self) -> str:
         self._enter("nvmlEventSetCreate")

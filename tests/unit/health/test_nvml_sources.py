@@ -254,6 +254,24 @@ def test_temperature_at_or_over_the_slowdown_threshold() -> None:
     assert nvml.calls.count("nvmlDeviceGetTemperatureThreshold") == 1  # read once
 
 
+def test_hardware_clock_slowdowns_on_a_change_and_not_a_power_cap() -> None:
+    nvml, source, clock = poll([FakeGpu("GPU-0", clocks=0x4 | 0x1)])  # SW power cap, idle
+    assert source.read(0) == []
+    nvml.gpus[0].clocks = 0x4 | 0x40  # the hardware's thermal slowdown joins
+    (obs,) = again(source, clock)
+    assert (obs.kind, obs.value) == (Kind.CLOCK_SLOWDOWN, 0x40)
+    assert "HW thermal slowdown" in obs.detail and "0x44" in obs.detail
+    assert again(source, clock) == []  # the same slowdown: said once
+    nvml.gpus[0].clocks = 0x40 | 0x80
+    (obs,) = again(source, clock)
+    assert obs.value == 0xC0 and "HW power brake" in obs.detail
+    nvml.gpus[0].clocks = 0
+    assert again(source, clock) == []
+    nvml.gpus[0].unsupported.add("nvmlDeviceGetCurrentClocksEventReasons")
+    nvml.gpus[0].clocks = 0x8
+    assert again(source, clock) == []  # NotSupported: asked no more
+
+
 def test_fewer_gpus_than_at_start_and_a_lost_gpu_are_missing() -> None:
     nvml, source, clock = poll([FakeGpu("GPU-0"), FakeGpu("GPU-1"), FakeGpu("GPU-2", ecc=1)])
     assert source.read(0) == []

@@ -295,6 +295,7 @@ _KIND_WORDS: Mapping[Kind, str] = MappingProxyType(
         Kind.REMAP_FAILURE: "row remap failure",
         Kind.NVLINK_DOWN: "NVLink down",
         Kind.THERMAL: "temperature over the slowdown threshold",
+        Kind.CLOCK_SLOWDOWN: "clocks slowed by the hardware",
         Kind.GPU_MISSING: "GPU missing",
         Kind.NVML_HANG: "NVML call past its watchdog",
     }

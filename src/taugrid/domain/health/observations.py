@@ -23,6 +23,7 @@ class Kind(StrEnum):
     RECOVERY_ACTION = "recovery_action"  # NVML field 230 (value: a RecoveryAction)
     NVLINK_DOWN = "nvlink_down"  # a link down that was up at the healthy baseline
     THERMAL = "thermal"  # the temperature is over the slowdown threshold (value: degrees)
+    CLOCK_SLOWDOWN = "clock_slowdown"  # the hardware slows the clocks (value: NVML's mask)
     GPU_MISSING = "gpu_missing"  # fewer GPUs than expected, or a GPU vanished
     NVML_HANG = "nvml_hang"  # an NVML call ran past its watchdog
 

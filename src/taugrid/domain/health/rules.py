@@ -27,6 +27,7 @@ KIND_LEVELS: Mapping[Kind, Level] = MappingProxyType(
         Kind.REMAP_FAILURE: Level.L4,
         Kind.NVLINK_DOWN: Level.L2,
         Kind.THERMAL: Level.L0,
+        Kind.CLOCK_SLOWDOWN: Level.L0,  # a symptom to record and chart, not a fault
         Kind.GPU_MISSING: Level.L3,
         Kind.NVML_HANG: Level.L3,
     }
