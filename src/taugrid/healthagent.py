@@ -193,8 +193,8 @@ def build(
     return Agent(node, watched, sender, gpus=gpus, interval_s=interval_s, pods=pods)
 
 
-def run(agent: Agent, *, once: bool = False, stop: Callable[[], bool] = lambda: False) -> int:
-    """Read and report until ``stop`` (or one round with ``once``); the exit status."""
+def run(agent: Agent, *, once: bool = False) -> int:
+    """Read and report until stopped (or one round with ``once``); the exit status."""
     backoff = 1.0
     try:
         while True:
@@ -210,8 +210,6 @@ def run(agent: Agent, *, once: bool = False, stop: Callable[[], bool] = lambda: 
                     backoff = min(backoff * 2, 30.0)
                 else:
                     backoff = 1.0
-            if stop():
-                return 0
             # Sources that answer at once (a replay, NVML absent) must not spin the loop.
             time.sleep(max(0.0, READ_TIMEOUT_S - (time.monotonic() - started)))
     finally:

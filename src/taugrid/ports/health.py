@@ -65,6 +65,8 @@ class NodeActuator(Protocol):
     Kubernetes adapter is ``executors.kubernetes.node_health``).
 
     - ``gpu_nodes()``: the nodes that offer GPUs (the circuit breaker's fleet).
+    - ``cordoned_by_us(node)``, ``cordoned_by_taugrid()``: whether TauGrid's cordon is on
+      one node; every node it is on (one list).
     - ``cordon(node, reason)``: cordon with TauGrid's taint and marker; True only when
       this call cordoned it (False: TauGrid had already, or a person had: theirs stays
       theirs). Idempotent.
@@ -82,6 +84,8 @@ class NodeActuator(Protocol):
     def gpu_nodes(self) -> list[str]: ...
 
     def cordoned_by_us(self, node: str) -> bool: ...
+
+    def cordoned_by_taugrid(self) -> set[str]: ...
 
     def cordon(self, node: str, reason: str) -> bool: ...
 

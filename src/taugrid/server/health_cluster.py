@@ -55,7 +55,6 @@ class NodeReport:
     observations: Sequence[Observation]
     gpus: Sequence[Mapping[str, Any]] = ()  # [{"index", "uuid", "name"}] as the agent sees
     gpu_pods: Mapping[str, Sequence[str]] | None = None  # GPU uuid -> "namespace/pod" on it
-    agent: str = ""
 
 
 @dataclass(frozen=True)
@@ -73,7 +72,6 @@ class NodeStanding:
 class _Seen:
     at: float
     gpus: list[dict[str, Any]] = field(default_factory=list)
-    agent: str = ""
 
 
 class ClusterHealthController:
@@ -104,7 +102,7 @@ class ClusterHealthController:
         self._why: dict[str, set[str]] = {}  # the faults behind a node's standing
         self.decisions: Counter[tuple[int, str]] = Counter()  # metrics (issue 14)
         self.runs_stopped = 0
-        self.evicted: list[tuple[str, str]] = []
+        self.pods_evicted = 0
         self._evictions: queue.Queue[tuple[str, str] | None] = queue.Queue()
         self._evict_async = evict_async
         self._thread: threading.Thread | None = None
@@ -135,7 +133,7 @@ class ClusterHealthController:
     def _evict_now(self, namespace: str, pod: str) -> None:
         try:
             if self.nodes.evict(namespace, pod):
-                self.evicted.append((namespace, pod))
+                self.pods_evicted += 1
         except Exception:  # one pod's failure is logged, never the controller's end
             log.exception("GPU health: evicting %s/%s failed", namespace, pod)
 
@@ -147,7 +145,7 @@ class ClusterHealthController:
                     f"the report of node {rep.node} has an observation of node {obs.node}: "
                     "an agent speaks for its own node only"
                 )
-        self._seen[rep.node] = _Seen(self.clock(), [dict(g) for g in rep.gpus], rep.agent)
+        self._seen[rep.node] = _Seen(self.clock(), [dict(g) for g in rep.gpus])
         ids = []
         with self._lock:
             for obs in rep.observations:
@@ -169,9 +167,13 @@ class ClusterHealthController:
         except Exception:  # the decision stands; the condition is written on a later report
             log.exception("GPU health: setting node %s's condition failed", standing.node)
 
-    def _standing(self, node: str, ids: tuple[int, ...]) -> NodeStanding:
+    def _level(self, node: str) -> int:
+        """The node's standing: the worst of its own and its GPUs' tracks."""
         tracks = self._state.nodes.get(node, {})
-        level = max((int(t.standing) for t in tracks.values()), default=0)
+        return max((int(t.standing) for t in tracks.values()), default=0)
+
+    def _standing(self, node: str, ids: tuple[int, ...]) -> NodeStanding:
+        level = self._level(node)
         out = [r for r in self.store.quarantined() if r["node"] == node]
         if level >= Level.L2 or out:
             reasons = sorted({r["reason"] for r in out} | set(self._why.get(node, ())))
@@ -301,11 +303,11 @@ class ClusterHealthController:
         now = self.clock()
         out_rows = self.store.quarantined()
         names = sorted(set(self.nodes.gpu_nodes()) | set(self._seen))
+        ours = self.nodes.cordoned_by_taugrid()  # one list, not a read per node
         view = []
         for name in names:
             seen = self._seen.get(name)
-            tracks = self._state.nodes.get(name, {})
-            level = max((int(t.standing) for t in tracks.values()), default=0)
+            level = self._level(name)
             out = [r for r in out_rows if r["node"] == name]
             if seen is None or now - seen.at > AGENT_STALE_S:
                 health = "unknown"  # no agent heard from: never a reassuring "healthy"
@@ -318,7 +320,7 @@ class ClusterHealthController:
                     "node": name,
                     "health": health,
                     "level": level,
-                    "cordoned_by_taugrid": self.nodes.cordoned_by_us(name),
+                    "cordoned_by_taugrid": name in ours,
                     "agent_seen_at": seen.at if seen else None,
                     "gpus": seen.gpus if seen else [],
                     "out_of_service": [

@@ -236,7 +236,7 @@ async def post_health_report(body: ReportIn, request: Request) -> ReportOut:
         parse_record(doc, f"observations[{n}]", node=body.node)
         for n, doc in enumerate(body.observations)
     ]
-    report = NodeReport(body.node, observations, body.gpus, body.gpu_pods, caller.user)
+    report = NodeReport(body.node, observations, body.gpus, body.gpu_pods)
     standing = await run_in_threadpool(controller.report, report)
     return ReportOut(
         node=standing.node,

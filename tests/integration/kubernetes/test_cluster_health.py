@@ -81,7 +81,7 @@ def test_an_l3_fault_cordons_taints_stops_the_nodes_runs_and_evicts_other_gpu_po
     kube_emulator.fail_next(r"/api/v1/namespaces/team-a/pods/notebook/eviction", 429)
     stops = Stops()
     c = controller(parts, stops)
-    standing = c.report(NodeReport("gpu-1", [xid("gpu-1", "GPU-a", 79)], agent="agents"))
+    standing = c.report(NodeReport("gpu-1", [xid("gpu-1", "GPU-a", 79)]))
 
     assert not standing.healthy and standing.level == 3
     got = kube_emulator.get("v1", "Node", None, "gpu-1")

@@ -76,6 +76,14 @@ class KubeNodeActuator:
                 out.append(node["metadata"]["name"])
         return sorted(out)
 
+    def cordoned_by_taugrid(self) -> set[str]:
+        """Every node carrying TauGrid's cordon marker."""
+        return {
+            node["metadata"]["name"]
+            for node in self.client.list("v1", "Node").items
+            if (node["metadata"].get("annotations") or {}).get(CORDONED_BY) == "taugrid"
+        }
+
     def cordoned_by_us(self, name: str) -> bool:
         node = self.client.get(_node(name))
         return (node["metadata"].get("annotations") or {}).get(CORDONED_BY) == "taugrid"
