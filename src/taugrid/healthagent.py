@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from taugrid.domain.health import Observation
+from taugrid.health.exporter import AgentMetrics
 from taugrid.health.kmsg import KmsgSource
 from taugrid.health.nvml import NvmlEventSource, NvmlPollSource, load_nvml, open_gpus, shutdown
 from taugrid.health.podresources import SOCKET, PodResources
@@ -93,6 +94,7 @@ class Agent:
     pending: list[dict[str, Any]] = field(default_factory=list)
     last_sent: float | None = None
     standing: dict[str, Any] | None = None
+    metrics: AgentMetrics | None = None  # --metrics-port: per-GPU health for Prometheus
 
     def read(self) -> int:
         """One round over the sources; how many observations it added."""
@@ -106,6 +108,8 @@ class Agent:
             for obs in seen:
                 self.pending.append(_record(obs))
                 added += 1
+                if self.metrics is not None:
+                    self.metrics.observed(obs)
         if len(self.pending) > PENDING_MAX:
             dropped = len(self.pending) - PENDING_MAX
             log.warning("GPU health: %d unsent observations dropped (oldest first)", dropped)
@@ -129,9 +133,13 @@ class Agent:
             self.standing = self.sender.send(body)
         except (OSError, ValueError) as exc:  # unreachable, or an answer that is not JSON
             log.warning("GPU health: report not sent (kept for the next one): %s", exc)
+            if self.metrics is not None:
+                self.metrics.reported(False, len(self.pending))
             return False
         del self.pending[: len(batch)]
         self.last_sent = self.clock()
+        if self.metrics is not None:
+            self.metrics.reported(True, len(self.pending))
         return True
 
     def close(self) -> None:
@@ -178,6 +186,7 @@ def build(
     nvml: bool = True,
     interval_s: float = 30.0,
     pod_resources: str | None = SOCKET,
+    metrics_port: int | None = None,
 ) -> Agent:
     gpus, pci = node_gpus() if nvml else ([], {})
     sources: list[FaultSource] = []
@@ -190,7 +199,13 @@ def build(
         sources.append(ReplaySource(replay, node=node))
     watched = [Watched(s, node=node, deadline_s=DEADLINE_S) for s in sources]
     pods = PodResources(pod_resources) if pod_resources else None
-    return Agent(node, watched, sender, gpus=gpus, interval_s=interval_s, pods=pods)
+    metrics = None
+    if metrics_port:
+        metrics = AgentMetrics(gpus)
+        metrics.serve(metrics_port)
+    return Agent(
+        node, watched, sender, gpus=gpus, interval_s=interval_s, pods=pods, metrics=metrics
+    )
 
 
 def run(agent: Agent, *, once: bool = False) -> int:
@@ -235,6 +250,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--interval", type=float, default=30.0, help="Heartbeat, seconds.")
     parser.add_argument("--once", action="store_true", help="Read once, report, print, exit.")
+    parser.add_argument(
+        "--metrics-port", type=int, default=0, help="Serve Prometheus /metrics here (0: off)."
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
@@ -248,6 +266,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             nvml=not args.no_nvml,
             interval_s=args.interval,
             pod_resources=args.pod_resources or None,
+            metrics_port=args.metrics_port or None,
         )
         return run(agent, once=args.once)
     except Exception as exc:  # unreadable token, a replay refused with its line: one line

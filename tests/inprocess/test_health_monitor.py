@@ -50,7 +50,7 @@ def test_a_fault_is_committed_then_the_gpu_withheld_then_its_runs_stopped(
     assert row["gpu"] == "declared-2" and row["level"] == 3
     (event,) = records.events()
     assert event["outcome"] == "applied" and event["runs"] == ["train-b", "train-c"]
-    assert m.decisions[(3, "applied")] == 1 and m.runs_stopped == 2
+    assert m.decisions[(3, "applied", "xid")] == 1 and m.runs_stopped == 2
     # A restarted server keeps it out; a person returns it, once.
     again = monitor(records, Stops())
     assert again.restore() == 1 and again.devices.quarantined() == {2: done.decision.reason}

@@ -105,6 +105,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--health", choices=["on", "shadow", "off"], default=None, help="GPU health")
     ap.add_argument("--health-replay", type=Path, default=None, help="replay observations")
     ap.add_argument("--health-breaker", default=None, help="SHARE%%/WINDOW, e.g. 20%%/10m")
+    ap.add_argument(
+        "--metrics-port",
+        default=None,
+        help="Serve Prometheus /metrics on this port too, without auth (default TAU_METRICS_PORT)",
+    )
+    ap.add_argument(
+        "--metrics-token-file",
+        type=Path,
+        default=None,
+        help="File holding the token a scraper sends for /metrics on a shared server "
+        "(default TAU_METRICS_TOKEN_FILE)",
+    )
+    ap.add_argument(
+        "--log-format", choices=("text", "json"), default=None, help="text or json log lines"
+    )
     args = ap.parse_args(argv)
     if not args.shared and not is_loopback_host(args.host):
         print(
@@ -174,11 +189,18 @@ def main(argv: list[str] | None = None) -> int:
             health=args.health,
             health_replay=args.health_replay,
             health_breaker=args.health_breaker,
+            metrics_port=args.metrics_port,
+            metrics_token_file=args.metrics_token_file,
+            log_format=args.log_format,
         )
     except ValueError as exc:  # a GPU count that is not one
         print(exc, file=sys.stderr)
         return 2
     settings = dataclasses.replace(settings, gpus=gpus)  # --gpus auto wins over the env
+    if settings.log_format == "json":
+        from taugrid.server.logformat import use_json_lines
+
+        use_json_lines()
     if settings.health_replay is not None:  # a drill's file: refused whole, with its line
         from taugrid.health.replay import ReplaySource
         from taugrid.ports.health import SourceError

@@ -56,6 +56,9 @@ from taugrid.server.health_cluster import ClusterHealthController
 from taugrid.server.health_routes import router as health_router
 from taugrid.server.identity_service import IdentityService
 from taugrid.server.info_routes import router as info_router
+from taugrid.server.metrics import ServerMetrics
+from taugrid.server.metrics_http import MetricsPort, RequestMetrics, ScrapeGate
+from taugrid.server.metrics_http import router as metrics_router
 from taugrid.server.oidc import SESSION_COOKIE, oidc_login
 from taugrid.server.oidc_routes import router as oidc_router
 from taugrid.server.pod_reports import router as reports_router
@@ -173,6 +176,11 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
         if cluster_health is not None:
             cluster_health.restore()
             cluster_health.start()
+        port = None
+        if metrics is not None:
+            _watch(metrics, settings, store, engine, artifacts, machine, health or cluster_health)
+            if settings.metrics_port:
+                port = MetricsPort(metrics.registry, settings.host, settings.metrics_port)
         if kube is not None:
             kube.start(engine, queueing)  # informers listed before the first pass
         engine.step()  # re-adopt or finalise runs left by a previous server before serving
@@ -184,6 +192,8 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
         try:
             yield
         finally:
+            if port is not None:
+                port.close()
             if health is not None:
                 health.stop()
             if cluster_health is not None:
@@ -204,10 +214,17 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
         redoc_url=None,
     )
     app.state.trusted_proxies = parse_trusted_proxies(settings.trusted_proxies)
+    # Metrics (server/metrics.py): one registry per app; off, there are no instruments.
+    metrics = app.state.metrics = ServerMetrics() if settings.metrics == "on" else None
+    app.state.scrape_gate = ScrapeGate(
+        shared=settings.shared, token_file=settings.metrics_token_file
+    )
     # JSON bodies bounded, unhandled errors answered as JSON (server/request_guard.py: a
     # plain ASGI wrapper, about 15 us a request, not Starlette's costly BaseHTTPMiddleware),
     # and every error in the documented shape, never echoing the request (error_answers.py).
     app.add_middleware(RequestGuard)
+    if metrics is not None:  # outermost: it times what the client waits for, errors too
+        app.add_middleware(RequestMetrics, metrics=metrics)
     error_answers.install(app)
 
     async def disk_full(request: Request, exc: Exception) -> JSONResponse:
@@ -245,7 +262,33 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
     app.include_router(oidc_router, dependencies=[Depends(bounded_json)])  # login: no token yet
     app.include_router(code_router)  # pods: their attempt's code token, checked by the route
     app.include_router(reports_router, dependencies=[Depends(bounded_json)])  # report token
+    if metrics is not None:
+        app.include_router(metrics_router)  # its own gate: no token locally, a scrape token
     return app
+
+
+def _watch(
+    metrics: ServerMetrics,
+    settings: ServerSettings,
+    store: RunStore,
+    engine: RunEngine,
+    artifacts: ArtifactStore,
+    machine: Machine,
+    health: HealthMonitor | ClusterHealthController | None,
+) -> None:
+    """Feed the metrics from the engine and let them read the stores at scrape time."""
+    engine.on_moved = metrics.moved
+    engine.on_pass = metrics.engine_passed
+    records = HealthStore(store.engine)
+    metrics.watch(
+        store,
+        artifacts=artifacts,
+        machine_gpus=(lambda: None) if settings.cluster else (lambda: len(machine.gpus)),
+        quarantined=lambda: len(records.quarantined()),
+        health=health,
+        health_mode=settings.health,
+        agents=health.agents_summary if isinstance(health, ClusterHealthController) else None,
+    )
 
 
 async def require_token(request: Request) -> None:

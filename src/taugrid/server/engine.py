@@ -133,6 +133,10 @@ class RunEngine:
         self._restart_policies: dict[str, RestartPolicy] = {}
         self.disk = disk
         self._thread: threading.Thread | None = None
+        # Observers (the metrics, server/metrics.py): each committed batch of transitions
+        # with the runs as recorded, and each pass's wall time. None: nobody watches.
+        self.on_moved: Callable[[list[tuple[Move, Row]]], None] | None = None
+        self.on_pass: Callable[[float], None] | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
@@ -222,6 +226,8 @@ class RunEngine:
                 log.exception("engine pass failed")
             cost = time.thread_time() - cpu
             ended = time.monotonic()
+            if self.on_pass is not None:
+                self.on_pass(ended - started)
             idle = self._moved == 0
             self._wake.wait(self.poll_interval_s)
 
@@ -486,6 +492,16 @@ class RunEngine:
                 for q, r in zip(batch, results, strict=True)
                 if not isinstance(r, BaseException)
             )
+            if self.on_moved is not None:
+                written = [
+                    (q.move, r)
+                    for q, r in zip(batch, results, strict=True)
+                    if not isinstance(r, BaseException)
+                ]
+                try:
+                    self.on_moved(written)
+                except Exception:  # an observer must never hold back the launches below
+                    log.exception("a transition observer failed")
             for queued, result in zip(batch, results, strict=True):
                 move = queued.move
                 if isinstance(result, BaseException):

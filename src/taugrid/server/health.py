@@ -83,8 +83,9 @@ class HealthMonitor:
         self._state = ClassifierState()
         self._lock = threading.Lock()  # one observation at a time: decide, then apply
         self._taken_out_at: list[float] = []
-        # For the metrics (issue 14): decisions by (level, outcome), and runs stopped.
-        self.decisions: Counter[tuple[int, str]] = Counter()
+        # For the metrics (server/metrics.py): decisions by (level, outcome, the
+        # observation's kind), and runs stopped.
+        self.decisions: Counter[tuple[int, str, str]] = Counter()
         self.runs_stopped = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -161,7 +162,7 @@ class HealthMonitor:
             "outcome": effects.outcome,
             "reason": f"{d.reason}: {effects.words}",
         }
-        self.decisions[(int(d.level), effects.outcome)] += 1
+        self.decisions[(int(d.level), effects.outcome, obs.kind.value)] += 1
         if effects.outcome != APPLIED:
             if effects.outcome != "duplicate" and d.level >= 2:
                 log.warning("GPU health: %s (%s)", event["reason"], effects.outcome)

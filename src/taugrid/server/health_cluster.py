@@ -100,7 +100,8 @@ class ClusterHealthController:
         self._seen: dict[str, _Seen] = {}
         self._said: dict[str, tuple[bool, int]] = {}  # the node conditions written
         self._why: dict[str, set[str]] = {}  # the faults behind a node's standing
-        self.decisions: Counter[tuple[int, str]] = Counter()  # metrics (issue 14)
+        # For the metrics (server/metrics.py): decisions by (level, outcome, kind).
+        self.decisions: Counter[tuple[int, str, str]] = Counter()
         self.runs_stopped = 0
         self.pods_evicted = 0
         self._evictions: queue.Queue[tuple[str, str] | None] = queue.Queue()
@@ -218,7 +219,7 @@ class ClusterHealthController:
             "outcome": effects.outcome,
             "reason": f"{d.reason}: {words}",
         }
-        self.decisions[(int(d.level), effects.outcome)] += 1
+        self.decisions[(int(d.level), effects.outcome, obs.kind.value)] += 1
         if not d.duplicate and d.level >= Level.L2:
             self._why.setdefault(node, set()).add(d.reason)
         if effects.outcome != APPLIED:
@@ -297,6 +298,15 @@ class ClusterHealthController:
             self._why.pop(node, None)
             self._condition(NodeStanding(node, 0, True, f"returned to service by {by}"))
         return True
+
+    def agents_summary(self) -> dict[str, int]:
+        """From memory, for the metrics: the nodes whose agent reported within
+        ``AGENT_STALE_S`` ("reporting"), those it has not since ("silent"), and the nodes
+        whose standing is a GPU or node fault ("unhealthy")."""
+        now = self.clock()
+        silent = sum(1 for s in self._seen.values() if now - s.at > AGENT_STALE_S)
+        unhealthy = sum(1 for node in self._seen if self._level(node) >= Level.L2)
+        return {"reporting": len(self._seen) - silent, "silent": silent, "unhealthy": unhealthy}
 
     def nodes_view(self) -> list[dict[str, Any]]:
         """Every GPU node: its agent's last word, standing, GPUs out of service."""

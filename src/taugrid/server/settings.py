@@ -48,6 +48,14 @@ HEALTH_ENV = {
     "health_breaker": "TAU_HEALTH_BREAKER",
 }
 HEALTH_MODES = ("on", "shadow", "off")
+METRICS_ENV = {
+    "metrics": "TAU_METRICS",
+    "metrics_port": "TAU_METRICS_PORT",
+    "metrics_token_file": "TAU_METRICS_TOKEN_FILE",
+    "log_format": "TAU_LOG_FORMAT",
+}
+METRICS_MODES = ("on", "off")
+LOG_FORMATS = ("text", "json")
 ISOLATION_ENV = {
     "isolation": "TAU_ISOLATION",
     "bwrap": "TAU_BWRAP",
@@ -108,6 +116,15 @@ class ServerSettings:
     # The circuit breaker: at most this share of the GPUs taken out within this window
     # ("SHARE/WINDOW"); beyond it decisions are recorded, not acted on.
     health_breaker: str = "20%/10m"
+    # Prometheus metrics (docs/observability.md): "on" serves /metrics, "off" keeps no
+    # instruments at all (the figure of what they cost is measured against it). A local
+    # server answers /metrics on its loopback URL without a token; a shared one only with
+    # the scrape token held in metrics_token_file, or on metrics_port (no auth there: a
+    # port the platform exposes to Prometheus alone).
+    metrics: str = "on"
+    metrics_port: int | None = None
+    metrics_token_file: Path | None = None
+    log_format: str = "text"  # the server's own log lines: "text" or "json" (one object each)
 
     @property
     def sandboxed(self) -> bool:
@@ -154,7 +171,7 @@ class ServerSettings:
         for key, var in OIDC_ENV.items():
             if os.environ.get(var):
                 values[key] = os.environ[var]
-        for key, var in HEALTH_ENV.items():
+        for key, var in (*HEALTH_ENV.items(), *METRICS_ENV.items()):
             if os.environ.get(var):
                 values[key] = os.environ[var]
         if "oidc_client_secret_file" in values:
@@ -171,6 +188,7 @@ class ServerSettings:
                 f"unknown GPU health mode {values['health']!r} (TAU_HEALTH or --health): "
                 f"use {', '.join(HEALTH_MODES)}"
             )
+        _metrics_values(values)
         if "health_breaker" in values:
             parse_breaker(str(values["health_breaker"]))  # refused here, in words
         if values.get("executor", "local") not in EXECUTORS:
@@ -183,6 +201,24 @@ class ServerSettings:
     @property
     def cluster(self) -> bool:
         return self.executor == "kubernetes"
+
+
+def _metrics_values(values: dict[str, object]) -> None:
+    """The metrics settings checked and typed in place; ValueError naming the setting."""
+    if values.get("metrics", "on") not in METRICS_MODES:
+        raise ValueError(f"TAU_METRICS is on or off, not {values['metrics']!r}")
+    if values.get("log_format", "text") not in LOG_FORMATS:
+        raise ValueError(
+            f"unknown log format {values['log_format']!r} (TAU_LOG_FORMAT or --log-format): "
+            f"use {' or '.join(LOG_FORMATS)}"
+        )
+    if values.get("metrics_port") is not None:
+        text = str(values["metrics_port"])
+        if not (text.isascii() and text.isdigit() and 0 < int(text) < 65536):
+            raise ValueError(f"the metrics port (TAU_METRICS_PORT) is 1-65535, not {text!r}")
+        values["metrics_port"] = int(text)
+    if values.get("metrics_token_file") is not None:
+        values["metrics_token_file"] = Path(str(values["metrics_token_file"]))
 
 
 def parse_breaker(text: str) -> tuple[float, float]:

@@ -510,9 +510,23 @@ class RunStore:
         with self.engine.connect() as conn:
             return int(conn.execute(select(func.count()).select_from(runs)).scalar() or 0)
 
+    def summary(self) -> list[Row]:
+        """Per (state, workspace, queue) present: ``runs``, their ``gpus`` and the oldest
+        one's ``created_at``; one grouped read (the metrics' scrape, at any store size)."""
+        with self.engine.connect() as conn:
+            return [dict(r) for r in conn.execute(_SUMMARY).mappings()]
+
 
 # Statements built once: building them per call (30 columns of coercion and cache-key work)
 # cost ten times the commit itself.
+_SUMMARY = select(
+    runs.c.state,
+    runs.c.workspace,
+    runs.c.queue,
+    func.count().label("runs"),
+    func.coalesce(func.sum(runs.c.gpus), 0).label("gpus"),
+    func.min(runs.c.created_at).label("created_at"),
+).group_by(runs.c.state, runs.c.workspace, runs.c.queue)
 _MAX_SEQ = select(func.coalesce(func.max(runs.c.queued_seq), 0))
 _INSERT_RUN = insert(runs)
 _INSERT_ATTEMPT = insert(attempts)
