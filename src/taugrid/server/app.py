@@ -189,6 +189,13 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
             health.start()
         if public_url:
             _publish(settings, public_url, len(machine.gpus))
+            log.info(
+                "serving %s (TauGrid %s, %s, %s executor)",
+                public_url,
+                __version__,
+                "shared" if settings.shared else "local",
+                settings.executor,
+            )
         try:
             yield
         finally:
