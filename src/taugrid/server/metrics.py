@@ -38,7 +38,7 @@ from taugrid.store.runs import Move, Row, RunStore
 
 S = RunState
 # No *_created series: they double a scrape's size and no rule or dashboard reads them.
-disable_created_metrics()
+disable_created_metrics()  # type: ignore[no-untyped-call]
 # Waits in a queue: seconds to days.
 WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400)
 # An API request or an engine pass: a millisecond to seconds.
