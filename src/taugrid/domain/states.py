@@ -53,6 +53,7 @@ class Reason(StrEnum):
     RESUMED = "Resumed"
     # Events that record something about a run without changing its state:
     CHECKPOINT_SKIPPED = "CheckpointSkipped"
+    GPU_IDLE = "GpuIdle"  # its GPUs sat idle past the policy's gpu_idle (domain/gpu_use.py)
     FILES_REMOVED = "FilesRemoved"
     # The supervisor vanished without a result; its leftover processes are being stopped
     # (the run keeps its GPUs until none is left).

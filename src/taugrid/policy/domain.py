@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from taugrid.domain import quota
+from taugrid.domain.gpu_use import IdleAction, IdleRule
 from taugrid.policy.models import AnyQuota, CpuQuota, GpuQuota, Policy
 from taugrid.policy.quantities import cpu_millis, memory_bytes
 
@@ -24,6 +25,7 @@ class DomainPolicy:
     local_queues: dict[tuple[Workspace, LocalQueueName], ClusterQueueName]
     default_queue: dict[Workspace, LocalQueueName]
     user_limits: dict[Workspace, quota.UserLimit]  # only workspaces that set limits
+    idle: IdleRule = field(default_factory=IdleRule)  # gpu_idle: when GPUs count as idle
 
 
 def _amount(q: AnyQuota, value: str | int | None) -> int | None:
@@ -92,4 +94,14 @@ def to_domain(policy: Policy) -> DomainPolicy:
             for ws in policy.workspaces
             if ws.user_limits is not None
         },
+        idle=_idle_rule(policy),
     )
+
+
+def _idle_rule(policy: Policy) -> IdleRule:
+    from taugrid.spec import parse_duration
+
+    if policy.gpu_idle is None:
+        return IdleRule()
+    g = policy.gpu_idle
+    return IdleRule(float(g.below), parse_duration(g.after), IdleAction(g.action))

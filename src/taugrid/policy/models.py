@@ -363,6 +363,27 @@ STANDARD_PRIORITIES: tuple[PriorityClass, ...] = (
 )
 
 
+def _duration(value: str) -> str:
+    from taugrid.spec import parse_duration
+
+    if parse_duration(value) <= 0:
+        raise ValueError("give a duration over zero, e.g. 30m or 2h")
+    return value
+
+
+class GpuIdle(_Strict):
+    """When a running run's GPUs count as idle, and what is done about it (like dstack's
+    utilization policy): every GPU the run holds under ``below`` percent utilization for
+    ``after`` flags it (an event, the metric ``taugrid_runs_gpu_idle``); ``stop`` also
+    stops it (it ends CANCELLED, its event says why)."""
+
+    below: float = Field(5.0, ge=0, le=100, description="Utilization under this % is idle.")
+    after: Annotated[str, AfterValidator(_duration)] = Field(
+        "30m", description="How long the GPUs must stay idle, e.g. 30m."
+    )
+    action: Literal["off", "flag", "stop"] = Field("flag", description="off, flag or stop.")
+
+
 class Policy(_Strict):
     """The platform policy: policy.yaml."""
 
@@ -375,6 +396,9 @@ class Policy(_Strict):
     priority_classes: Annotated[list[PriorityClass], AfterValidator(_not_empty)] = Field(
         default_factory=lambda: list(STANDARD_PRIORITIES),
         description="Default: low=100, normal=1000 (the default), high=10000.",
+    )
+    gpu_idle: GpuIdle | None = Field(
+        None, description="Idle GPUs of running runs (default: flag after 30 min under 5%)."
     )
 
     @property

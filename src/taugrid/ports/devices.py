@@ -8,8 +8,11 @@ changes whenever the answer of ``devices`` or ``quarantined`` would; ``quarantin
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
+
+from taugrid.domain.gpu_use import GpuReading
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,29 @@ class DeviceInventory(Protocol):
     def quarantine(self, index: int, why: str) -> None: ...
 
     def release(self, index: int) -> None: ...
+
+
+@dataclass(frozen=True)
+class RunPlace:
+    """Where a running run's GPUs are: their indices on this machine (local mode), or the
+    namespace and name prefix of its pods (a cluster: ``<job name>-...``)."""
+
+    gpus: tuple[int, ...] = ()
+    namespace: str = ""
+    pod_prefix: str = ""
+
+
+class GpuUsage(Protocol):
+    """How busy the running runs' GPUs are (``server/gpu_use.py`` samples it).
+
+    Contract: ``read`` answers within a few seconds with, per run it could read, the
+    readings of its GPUs; a run or a GPU it cannot read (a lost GPU, a driver or an
+    exporter that does not report) is left out, never read as idle. ``close`` lets go of
+    the driver or connection."""
+
+    def read(self, runs: Mapping[str, RunPlace]) -> dict[str, list[GpuReading]]: ...
+
+    def close(self) -> None: ...
 
 
 def gpus_of_type(gpus: list[Gpu], gpu_type: str | None) -> list[Gpu]:

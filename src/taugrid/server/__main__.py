@@ -106,6 +106,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--health-replay", type=Path, default=None, help="replay observations")
     ap.add_argument("--health-breaker", default=None, help="SHARE%%/WINDOW, e.g. 20%%/10m")
     ap.add_argument(
+        "--metrics",
+        choices=("on", "off"),
+        default=None,
+        help="Prometheus metrics on /metrics (default TAU_METRICS or on)",
+    )
+    ap.add_argument(
         "--metrics-port",
         default=None,
         help="Serve Prometheus /metrics on this port too, without auth (default TAU_METRICS_PORT)",
@@ -119,6 +125,27 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--log-format", choices=("text", "json"), default=None, help="text or json log lines"
+    )
+    ap.add_argument(
+        "--prometheus-url",
+        default=None,
+        help="A cluster's Prometheus, for the runs' GPU use from the DCGM exporter "
+        "(default TAU_PROMETHEUS_URL)",
+    )
+    ap.add_argument(
+        "--policy-file",
+        type=Path,
+        default=None,
+        help="Apply this policy.yaml at start when it differs from the policy in force "
+        "(default TAU_POLICY_FILE)",
+    )
+    ap.add_argument(
+        "--otel-endpoint",
+        default=None,
+        metavar="URL",
+        help="Send OpenTelemetry traces of the submit-to-running path to this OTLP/HTTP "
+        "collector, e.g. http://127.0.0.1:4318 (default TAU_OTEL_ENDPOINT, else "
+        "OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT; needs the otel extra)",
     )
     args = ap.parse_args(argv)
     if not args.shared and not is_loopback_host(args.host):
@@ -189,9 +216,13 @@ def main(argv: list[str] | None = None) -> int:
             health=args.health,
             health_replay=args.health_replay,
             health_breaker=args.health_breaker,
+            metrics=args.metrics,
             metrics_port=args.metrics_port,
             metrics_token_file=args.metrics_token_file,
             log_format=args.log_format,
+            prometheus_url=args.prometheus_url,
+            policy_file=args.policy_file,
+            otel_endpoint=args.otel_endpoint,
         )
     except ValueError as exc:  # a GPU count that is not one
         print(exc, file=sys.stderr)
@@ -211,6 +242,26 @@ def main(argv: list[str] | None = None) -> int:
         except (SourceError, OSError) as exc:
             print(f"--health-replay: {getattr(exc, 'message', exc)}", file=sys.stderr)
             return 2
+    if settings.cluster and settings.workspace_role:  # whom the RoleBindings bind
+        from taugrid.errors import UsageError as AccessProblem
+        from taugrid.server.cluster import workspace_access
+
+        try:
+            workspace_access(settings)
+        except AccessProblem as exc:
+            print(exc.message, file=sys.stderr)
+            return 2
+    if settings.policy_file is not None:  # a bad file: refused whole, with its line
+        from taugrid.server.policy_file import policy_file_problem
+
+        if problem := policy_file_problem(settings.policy_file):
+            print(f"policy file: {problem}", file=sys.stderr)
+            return 2
+    from taugrid.server.tracing import tracing_problem
+
+    if problem := tracing_problem(settings.otel_endpoint):  # the otel extra is missing
+        print(problem, file=sys.stderr)
+        return 2
     from taugrid.server.diskspace import check_disk_settings
 
     if problem := check_disk_settings(settings.min_free_disk, settings.run_disk_limit):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -18,6 +19,7 @@ from starlette.concurrency import run_in_threadpool
 from taugrid import __version__
 from taugrid.domain.access import AGENT_KIND, AGENT_ROUTE
 from taugrid.domain.health.effects import Breaker
+from taugrid.domain.states import RunState
 from taugrid.errors import Conflict, DiskFull, Forbidden, TauError
 from taugrid.executors.local.artifacts import LocalArtifactStore
 from taugrid.executors.local.executor import LocalExecutor
@@ -33,9 +35,11 @@ from taugrid.executors.local.secrets import LocalSecretStore
 from taugrid.health.kmsg import KmsgSource
 from taugrid.health.nvml import NvmlEventSource, NvmlPollSource
 from taugrid.health.replay import ReplaySource
+from taugrid.health.usage import NvmlUsage
 from taugrid.health.watchdog import Watched
 from taugrid.home import server_info_path, token_path
 from taugrid.ports.artifacts import ArtifactStore
+from taugrid.ports.devices import GpuUsage
 from taugrid.ports.executor import Executor
 from taugrid.ports.health import FaultSource
 from taugrid.ports.logs import LogSource
@@ -47,10 +51,12 @@ from taugrid.server.auth import Authenticator, ensure_token
 from taugrid.server.check_routes import router as check_router
 from taugrid.server.client_address import parse_trusted_proxies, request_source
 from taugrid.server.cluster import ClusterAdapters, cluster_adapters
+from taugrid.server.cluster_check_routes import router as cluster_check_router
 from taugrid.server.code_fetch import load_code_key
 from taugrid.server.code_fetch import router as code_router
 from taugrid.server.diskspace import DiskSpace, is_disk_full, parse_headroom
 from taugrid.server.engine import RunEngine
+from taugrid.server.gpu_use import GpuUseTracker, cluster_places, local_places
 from taugrid.server.health import DEADLINE_S, NODE, HealthMonitor
 from taugrid.server.health_cluster import ClusterHealthController
 from taugrid.server.health_routes import router as health_router
@@ -62,6 +68,7 @@ from taugrid.server.metrics_http import router as metrics_router
 from taugrid.server.oidc import SESSION_COOKIE, oidc_login
 from taugrid.server.oidc_routes import router as oidc_router
 from taugrid.server.pod_reports import router as reports_router
+from taugrid.server.policy_file import apply_policy_file
 from taugrid.server.queueing import Machine, Queueing
 from taugrid.server.request_guard import RequestGuard, bounded_json
 from taugrid.server.routes import router
@@ -70,6 +77,7 @@ from taugrid.server.schemas import Health
 from taugrid.server.secret_routes import router as secret_router
 from taugrid.server.services import RunService
 from taugrid.server.settings import ServerSettings, parse_breaker, published_facts
+from taugrid.server.tracing import start_tracing
 from taugrid.spec.units import quantity_bytes
 from taugrid.store import RunStore, connect
 from taugrid.store.health import HealthStore
@@ -116,6 +124,13 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
             local.devices,
             policy_target=kube.policy_target if kube else None,
         )
+        # The chart's policy file, in force before the first pass (server/policy_file.py).
+        app.state.policy_file = (
+            apply_policy_file(settings.policy_file, queueing, identity)
+            if settings.policy_file is not None
+            else None
+        )
+        app.state.cluster_inspector = kube.inspector if kube else None  # cluster check
         # Headroom for new work and a reserve for state changes (server/diskspace.py).
         disk = app.state.disk = DiskSpace(home, parse_headroom(settings.min_free_disk))
         disk.maintain()
@@ -154,6 +169,12 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
         app.state.auth = Authenticator(token, identity)
         app.state.oidc = oidc_login(settings, identity)  # None: OIDC routes answer 404
         app.state.secrets = secrets
+        # GPU use of the running runs, where NVML reads the GPUs (server/gpu_use.py).
+        gpu_use = app.state.gpu_use = gpu_use_tracker(
+            settings, store, local, kube, engine, queueing
+        )
+        # OpenTelemetry spans of the submit -> running path; off: a no-op (server/tracing.py).
+        tracing = app.state.tracing = start_tracing(settings.otel_endpoint)
         app.state.service = RunService(
             store,
             engine,
@@ -162,6 +183,8 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
             artifacts=artifacts,
             logs=logs,
             capabilities=caps,
+            gpu_use=gpu_use,
+            tracing=tracing,
         )
         app.state.identity_service = IdentityService(identity, store, queueing)
         app.state.machine_gpus = machine.gpus
@@ -179,14 +202,19 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
         port = None
         if metrics is not None:
             _watch(metrics, settings, store, engine, artifacts, machine, health or cluster_health)
+            if gpu_use is not None:
+                metrics.watch_gpu_use(gpu_use.latest_by_gpu, gpu_use.flagged)
             if settings.metrics_port:
                 port = MetricsPort(metrics.registry, settings.host, settings.metrics_port)
+        tracing.watch(engine)
         if kube is not None:
             kube.start(engine, queueing)  # informers listed before the first pass
         engine.step()  # re-adopt or finalise runs left by a previous server before serving
         engine.start()
         if health is not None:
             health.start()
+        if gpu_use is not None:
+            gpu_use.start()
         if public_url:
             _publish(settings, public_url, len(machine.gpus))
             log.info(
@@ -201,11 +229,14 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
         finally:
             if port is not None:
                 port.close()
+            if gpu_use is not None:
+                gpu_use.stop()
             if health is not None:
                 health.stop()
             if cluster_health is not None:
                 cluster_health.stop()
             engine.stop()
+            tracing.close()  # the spans still buffered are sent
             if kube is not None:
                 kube.close()
             if public_url:
@@ -266,6 +297,7 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
     app.include_router(check_router, dependencies=[Depends(require_token)])
     app.include_router(info_router, dependencies=[Depends(require_token)])
     app.include_router(health_router, dependencies=[Depends(require_token)])
+    app.include_router(cluster_check_router, dependencies=[Depends(require_token)])
     app.include_router(oidc_router, dependencies=[Depends(bounded_json)])  # login: no token yet
     app.include_router(code_router)  # pods: their attempt's code token, checked by the route
     app.include_router(reports_router, dependencies=[Depends(bounded_json)])  # report token
@@ -284,7 +316,7 @@ def _watch(
     health: HealthMonitor | ClusterHealthController | None,
 ) -> None:
     """Feed the metrics from the engine and let them read the stores at scrape time."""
-    engine.on_moved = metrics.moved
+    engine.observe_moves(metrics.moved)
     engine.on_pass = metrics.engine_passed
     records = HealthStore(store.engine)
     metrics.watch(
@@ -381,6 +413,31 @@ def health_monitor(
         shadow=settings.health == "shadow",
         breaker=Breaker(*parse_breaker(settings.health_breaker)),
     )
+
+
+def gpu_use_tracker(
+    settings: ServerSettings,
+    store: RunStore,
+    local: LocalAdapters,
+    kube: ClusterAdapters | None,
+    engine: RunEngine,
+    queueing: Queueing,
+) -> GpuUseTracker | None:
+    """Sampling the running runs' GPU use (server/gpu_use.py): through NVML where it reads
+    the GPUs (not declared ones: nothing there to read, and a guess would look like
+    idleness), or on a cluster from the DCGM exporter's series in its Prometheus."""
+    usage: GpuUsage
+    if kube is not None:
+        if kube.gpu_usage is None:
+            return None
+        usage = kube.gpu_usage
+        running = functools.partial(store.in_states, [RunState.RUNNING], light=True)
+        places = cluster_places(running, kube.namespace_of)
+    else:
+        if settings.gpus is not None or not local.devices.devices():
+            return None
+        usage, places = NvmlUsage(), local_places(store.gpu_holders)
+    return GpuUseTracker(usage, places, lambda: queueing.policy.domain.idle, store, engine)
 
 
 def cluster_health_controller(

@@ -54,6 +54,9 @@ class AttemptStarter:
         self._failed: dict[AttemptKey, str] = {}
         self._queue: queue.SimpleQueue[tuple[Row, int] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
+        # Told of each launch (key, began, returned, whether it worked; the store's clock)
+        # before the engine may look at the attempt again: the tracing (server/tracing.py).
+        self.on_launched: Callable[[AttemptKey, float, float, bool], None] | None = None
 
     def start(self, run: Row, attempt: int) -> None:
         """Start ``attempt`` of ``run`` (a full row) unless it is already being started."""
@@ -101,10 +104,12 @@ class AttemptStarter:
 
     def _start(self, run: Row, attempt: int) -> None:
         key = AttemptKey(run["id"], attempt)
+        began = self.store.clock()
         try:
             self.executor.launch(self._request(run, attempt))
         except Exception as exc:  # a run that cannot start must fail visibly, not hang
             log.exception("launch of %s failed", run["id"])
+            self._launched(key, began, ok=False)
             with self._lock:
                 self._failed[key] = str(exc)
                 self._in_flight.discard(key)
@@ -114,12 +119,21 @@ class AttemptStarter:
             # A launch that worked needs no pass of its own (the attempt reports itself),
             # unless the engine looked at the run while it was in flight and passed it
             # over: its "running" may have come in meanwhile.
+            self._launched(key, began, ok=True)
             with self._lock:
                 self._in_flight.discard(key)
                 missed = key in self._passed_over
                 self._passed_over.discard(key)
             if missed:
                 self.on_wanted(key.run_id)
+
+    def _launched(self, key: AttemptKey, began: float, *, ok: bool) -> None:
+        if self.on_launched is None:
+            return
+        try:
+            self.on_launched(key, began, self.store.clock(), ok)
+        except Exception:  # an observer must never hold back the start
+            log.exception("a launch observer failed")
 
     def _request(self, run: Row, attempt: int) -> LaunchRequest:
         att = self.store.attempt(run["id"], attempt)

@@ -15,9 +15,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from taugrid.errors import UsageError
 from taugrid.executors.kubernetes.admission_source import KueueAdmissionSource
 from taugrid.executors.kubernetes.artifacts import PodArtifacts
 from taugrid.executors.kubernetes.client import KubeClient
+from taugrid.executors.kubernetes.cluster_facts import KubeClusterInspector
+from taugrid.executors.kubernetes.dcgm import DcgmUsage
 from taugrid.executors.kubernetes.executor import KubernetesExecutor
 from taugrid.executors.kubernetes.lightkube_client import LightkubeClient
 from taugrid.executors.kubernetes.logs import KubeLogSource, PodLogArchiver
@@ -25,6 +28,7 @@ from taugrid.executors.kubernetes.node_health import KubeNodeActuator
 from taugrid.executors.kubernetes.policy_sync import KubePolicyTarget
 from taugrid.executors.kubernetes.reported import ReportedFiles
 from taugrid.executors.kubernetes.secrets import KubeSecretStore
+from taugrid.executors.kubernetes.service_account import pod_namespace, pod_service_account
 from taugrid.manifests.plan import (
     DEFAULT_HELPER_IMAGE,
     DEFAULT_SERVER_URL,
@@ -33,7 +37,10 @@ from taugrid.manifests.plan import (
 )
 from taugrid.policy import load_policy_text
 from taugrid.policy.models import Policy
+from taugrid.policy.workspace_access import WorkspaceAccess
 from taugrid.ports.artifacts import ArtifactStore
+from taugrid.ports.cluster_facts import ClusterInspector
+from taugrid.ports.devices import GpuUsage
 from taugrid.ports.logs import LogSource
 from taugrid.ports.pod_reports import PodReportSink
 from taugrid.ports.policy_target import PolicyTarget
@@ -66,6 +73,9 @@ class ClusterAdapters:
     policy_target: PolicyTarget
     policy: _PolicyCache
     nodes: KubeNodeActuator  # the GPU health controller's hands (server/health_cluster.py)
+    inspector: ClusterInspector  # what tau admin cluster check reads (cluster_check_routes)
+    namespace_of: Callable[[str], str]  # a workspace's namespace
+    gpu_usage: GpuUsage | None = None  # the DCGM exporter's series (--prometheus-url)
 
     def start(self, engine: RunEngine, queueing: Queueing) -> None:
         """Wire the adapters to the engine and list the cluster before the first pass."""
@@ -99,6 +109,31 @@ class _PolicyCache:
             self._policy = load_policy_text(text, pol.source).policy
             self._hash = key
         return self._policy
+
+
+def workspace_access(
+    settings: ServerSettings,
+    *,
+    pod_account: Callable[[], str | None] = pod_service_account,
+    pod_ns: Callable[[], str | None] = pod_namespace,
+) -> WorkspaceAccess | None:
+    """The RoleBinding each workspace namespace gets (settings.workspace_role bound to
+    the server's ServiceAccount: the setting's, else the pod's own); None without a
+    workspace role. UsageError when the role is set but the account cannot be found."""
+    if not settings.workspace_role:
+        return None
+    account = settings.service_account
+    if account and "/" not in account:  # a bare name: this pod's namespace
+        ns = pod_ns()
+        account = f"{ns}/{account}" if ns else account
+    account = account or pod_account()
+    if not account or "/" not in account:
+        raise UsageError(
+            f"TAU_WORKSPACE_CLUSTERROLE={settings.workspace_role} needs the server's "
+            "ServiceAccount to bind it to: set TAU_SERVICE_ACCOUNT=namespace/name (in a pod "
+            "it is read from the pod's token)"
+        )
+    return WorkspaceAccess.of(settings.workspace_role, account)
 
 
 def make_client(settings: ServerSettings) -> KubeClient:
@@ -155,7 +190,10 @@ def cluster_adapters(
         reports=artifacts,
         secrets=KubeSecretStore(client, namespace_of),
         logs=KubeLogSource(settings.runs_dir),
-        policy_target=KubePolicyTarget(client, target),
+        policy_target=KubePolicyTarget(client, target, workspace_access(settings)),
         policy=policy,
         nodes=KubeNodeActuator(client),
+        inspector=KubeClusterInspector(client),
+        namespace_of=namespace_of,
+        gpu_usage=DcgmUsage(settings.prometheus_url) if settings.prometheus_url else None,
     )

@@ -135,8 +135,26 @@ class RunEngine:
         self._thread: threading.Thread | None = None
         # Observers (the metrics, server/metrics.py): each committed batch of transitions
         # with the runs as recorded, and each pass's wall time. None: nobody watches.
+        # More than one (the metrics, the tracing): observe_moves chains them.
         self.on_moved: Callable[[list[tuple[Move, Row]]], None] | None = None
         self.on_pass: Callable[[float], None] | None = None
+
+    def observe_moves(self, observer: Callable[[list[tuple[Move, Row]]], None]) -> None:
+        """Tell ``observer`` too of each committed batch, after those already watching;
+        one that fails is logged and the others are still told."""
+        before = self.on_moved
+        if before is None:
+            self.on_moved = observer
+            return
+
+        def both(written: list[tuple[Move, Row]]) -> None:
+            try:
+                before(written)
+            except Exception:
+                log.exception("a transition observer failed")
+            observer(written)
+
+        self.on_moved = both
 
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:

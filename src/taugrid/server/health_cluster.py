@@ -299,6 +299,11 @@ class ClusterHealthController:
             self._condition(NodeStanding(node, 0, True, f"returned to service by {by}"))
         return True
 
+    def agents_seen(self) -> dict[str, float]:
+        """When each node's agent last reported (unix seconds), from memory: `tau admin
+        cluster check` tells the nodes whose agent is silent."""
+        return {node: seen.at for node, seen in list(self._seen.items())}
+
     def agents_summary(self) -> dict[str, int]:
         """From memory, for the metrics: the nodes whose agent reported within
         ``AGENT_STALE_S`` ("reporting"), those it has not since ("silent"), and the nodes

@@ -32,6 +32,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from taugrid import __version__
+from taugrid.domain.gpu_use import GpuReading
 from taugrid.domain.states import TERMINAL, RunState
 from taugrid.ports.artifacts import ArtifactStore
 from taugrid.store.runs import Move, Row, RunStore
@@ -134,6 +135,14 @@ class ServerMetrics:
                 self.clock,
             )
         )
+
+    def watch_gpu_use(
+        self,
+        latest: Callable[[], Mapping[int, GpuReading]],
+        flagged: Callable[[], set[str]],
+    ) -> None:
+        """Register the GPU use collector (local mode with NVML: server/gpu_use.py)."""
+        self.registry.register(_GpuUseCollector(latest, flagged))
 
     # -- fed by the engine ------------------------------------------------------------------
     def moved(self, moves: Iterable[tuple[Move, Row]]) -> None:
@@ -310,6 +319,37 @@ class _StateCollector(Collector):
             for status, n in sorted(self.agents().items()):
                 nodes.add_metric([status], n)
             yield nodes
+
+
+class _GpuUseCollector(Collector):
+    def __init__(
+        self,
+        latest: Callable[[], Mapping[int, GpuReading]],
+        flagged: Callable[[], set[str]],
+    ) -> None:
+        self.latest = latest
+        self.flagged = flagged
+
+    def collect(self) -> Iterator[Metric]:
+        util = GaugeMetricFamily(
+            "taugrid_gpu_utilization_ratio",
+            "Utilization (0-1) of each GPU a run holds, as last sampled.",
+            labels=["gpu"],
+        )
+        memory = GaugeMetricFamily(
+            "taugrid_gpu_memory_used_bytes",
+            "Memory used on each GPU a run holds, as last sampled.",
+            labels=["gpu"],
+        )
+        for index, r in sorted(self.latest().items()):
+            util.add_metric([str(index)], r.utilization_pct / 100)
+            memory.add_metric([str(index)], r.memory_used_bytes)
+        idle = GaugeMetricFamily(
+            "taugrid_runs_gpu_idle",
+            "Running runs flagged by the policy's gpu_idle rule (their GPUs sit idle).",
+            value=len(self.flagged()),
+        )
+        yield from (util, memory, idle)
 
 
 def _runs(summary: list[Row], now: float) -> Iterator[Metric]:

@@ -40,6 +40,7 @@ from taugrid.server.schemas import (
     EventFeed,
     EventOut,
     FeedEventOut,
+    GpuUseSample,
     MetricPoint,
     MetricSeries,
     PolicyApply,
@@ -131,7 +132,10 @@ def submit(
 ) -> SubmitResponse:
     workspace = _audit_workspace(req.resolved.get("workspace") or "default")
     svc = _svc(request)
-    with audited(request, "run.submit", workspace=workspace) as entry:
+    with (
+        svc.tracing.submit("/api/v1/runs", workspace),  # server/tracing.py; off: a no-op
+        audited(request, "run.submit", workspace=workspace) as entry,
+    ):
         run, created = svc.submit(req, idempotency_key)
         entry["target"] = run["id"]
     response.status_code = 201 if created else 200
@@ -251,8 +255,10 @@ def get_checkpoint_file(ref: str, step: int, path: str, request: Request) -> Str
 def get_metrics(
     ref: str, request: Request, attempt: Annotated[int | None, Query(ge=0)] = None
 ) -> MetricSeries:
-    run_id, series = _svc(request).metrics(ref, attempt)
-    return MetricSeries(run_id=run_id, series=[MetricPoint(**p) for p in series])
+    svc = _svc(request)
+    run_id, series = svc.metrics(ref, attempt)
+    gpu = [GpuUseSample(**s) for s in svc.gpu_series(run_id)]
+    return MetricSeries(run_id=run_id, series=[MetricPoint(**p) for p in series], gpu=gpu)
 
 
 @router.get("/runs/{ref}/events", response_model=list[EventOut])

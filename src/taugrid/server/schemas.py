@@ -107,6 +107,25 @@ class MetricsLast(BaseModel):
     values: dict[str, float | None]
 
 
+class GpuUseOne(BaseModel):
+    index: int
+    utilization_pct: float
+    memory_used_bytes: int
+    memory_total_bytes: int
+
+
+class GpuUse(BaseModel):
+    """A running run's GPUs as last sampled (server/gpu_use.py)."""
+
+    at: float
+    utilization_pct: float  # the busiest GPU's
+    memory_used_bytes: int
+    memory_total_bytes: int
+    gpus: list[GpuUseOne]
+    idle_since: float | None  # every GPU under the policy's threshold since then
+    flagged_idle: bool
+
+
 class RunOut(BaseModel):
     id: str
     name: str
@@ -129,6 +148,7 @@ class RunOut(BaseModel):
     pending: PendingOut | None = None  # set while QUEUED: position and reason in words
     experiment: ExperimentOut | None = None
     metrics_last: MetricsLast | None = None  # the latest value of each metric
+    gpu_use: GpuUse | None = None  # a running run's GPUs as last sampled; None: not read
     restarts: int = 0  # automatic restarts used
     # Where an active run's attempt stands, as its executor sees it (a cluster run's
     # phase: queued in Kueue, scheduling, pulling the image, running); None otherwise.
@@ -185,9 +205,16 @@ class MetricPoint(BaseModel):
     values: dict[str, float | None]
 
 
+class GpuUseSample(BaseModel):
+    time: float
+    utilization_pct: float  # the busiest of the run's GPUs
+    memory_used_bytes: int  # all of its GPUs
+
+
 class MetricSeries(BaseModel):
     run_id: str
     series: list[MetricPoint]
+    gpu: list[GpuUseSample] = []  # the running attempt's GPU use, the last hour or so
 
 
 class RunDetail(RunOut):

@@ -42,6 +42,7 @@ from taugrid.ports.logs import LogSource
 from taugrid.ports.secrets import SecretStore
 from taugrid.server.engine import RunEngine
 from taugrid.server.error_answers import safe_message
+from taugrid.server.gpu_use import GpuUseTracker
 from taugrid.server.launching import launch_request
 from taugrid.server.log_follow import LogFollower
 from taugrid.server.queueing import Queueing
@@ -49,6 +50,7 @@ from taugrid.server.run_files import metrics_series
 from taugrid.server.schemas import SubmitRequest
 from taugrid.server.snapshot_listing import Member, SnapshotListings
 from taugrid.server.submission import check_idempotency_key, check_limits, checked_spec_hash
+from taugrid.server.tracing import NO_TRACING, NoTracing
 from taugrid.spec import TauSpec
 from taugrid.spec.modes import LOCAL, Capabilities, refusal
 from taugrid.store.events import EventFeed
@@ -69,8 +71,12 @@ class RunService:
         artifacts: ArtifactStore,
         logs: LogSource,
         capabilities: Capabilities = LOCAL,
+        gpu_use: GpuUseTracker | None = None,
+        tracing: NoTracing = NO_TRACING,
     ) -> None:
         self.secrets = secrets
+        self.tracing = tracing  # the submit span and the runs' paths (server/tracing.py)
+        self.gpu_use = gpu_use  # the running runs' GPU use (local mode with NVML); None: none
         self.capabilities = capabilities  # what this server's mode accepts (spec/modes.py)
         # Until a request says who calls, the service acts for the machine's owner (engine,
         # tests); for_caller() gives each request its own.
@@ -186,6 +192,7 @@ class RunService:
             if not many:
                 raise
             raise IdempotencyKeyReused(f"runs[{exc.index}]: {exc.message}", exc.index) from None
+        self.tracing.submitted(results)  # before the engine can move them
         if any(created for _, created in results):
             self.engine.runs_changed(r["id"] for r, created in results if created)
         return results
@@ -391,6 +398,13 @@ class RunService:
         if attempt is not None and not 0 <= attempt < max(run["attempt_count"], 1):
             raise NotFound(f"run {run['id']} has no attempt {attempt}")
         return run["id"], metrics_series(self.files, run["id"], run["attempt_count"], attempt)
+
+    def gpu_series(self, run_id: str) -> list[dict[str, Any]]:
+        """The running attempt's GPU use samples (``tau metrics``); [] when not read."""
+        return self.gpu_use.series(run_id) if self.gpu_use is not None else []
+
+    def gpu_now(self, run_id: str) -> dict[str, Any] | None:
+        return self.gpu_use.of(run_id) if self.gpu_use is not None else None
 
     # -- logs and the event feed -----------------------------------------------------------
     def log_follower(self) -> LogFollower:

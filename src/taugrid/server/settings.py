@@ -53,6 +53,7 @@ METRICS_ENV = {
     "metrics_port": "TAU_METRICS_PORT",
     "metrics_token_file": "TAU_METRICS_TOKEN_FILE",
     "log_format": "TAU_LOG_FORMAT",
+    "prometheus_url": "TAU_PROMETHEUS_URL",
 }
 METRICS_MODES = ("on", "off")
 LOG_FORMATS = ("text", "json")
@@ -125,6 +126,20 @@ class ServerSettings:
     metrics_port: int | None = None
     metrics_token_file: Path | None = None
     log_format: str = "text"  # the server's own log lines: "text" or "json" (one object each)
+    # A cluster's Prometheus, where the DCGM exporter's series give the runs' GPU use
+    # (docs/observability.md); None: a cluster's runs show none.
+    prometheus_url: str | None = None
+    # A policy.yaml applied at start when it differs from the policy in force (the Helm
+    # chart mounts it; server/policy_file.py); None: none.
+    policy_file: Path | None = None
+    # Workspace-scoped RBAC (the Helm chart's): the ClusterRole each workspace namespace
+    # binds to the server's ServiceAccount ("namespace/name"; None: the pod's own) by a
+    # RoleBinding of the policy's (policy/workspace_access.py). None: no RoleBindings.
+    workspace_role: str | None = None
+    service_account: str | None = None
+    # OpenTelemetry tracing of the submit -> running path (server/tracing.py): the full
+    # OTLP/HTTP traces URL spans go to; None: off (see otel_endpoint below).
+    otel_endpoint: str | None = None
 
     @property
     def sandboxed(self) -> bool:
@@ -183,6 +198,12 @@ class ServerSettings:
             values["kubeconfig"] = Path(str(values["kubeconfig"]))
         if values.get("health_replay") is not None:
             values["health_replay"] = Path(str(values["health_replay"]))
+        if os.environ.get("TAU_POLICY_FILE") and values.get("policy_file") is None:
+            values["policy_file"] = os.environ["TAU_POLICY_FILE"]
+        if values.get("policy_file") is not None:
+            values["policy_file"] = Path(str(values["policy_file"]))
+        _access_values(values)
+        values["otel_endpoint"] = otel_endpoint(values.get("otel_endpoint"))
         if values.get("health", "on") not in HEALTH_MODES:
             raise ValueError(
                 f"unknown GPU health mode {values['health']!r} (TAU_HEALTH or --health): "
@@ -203,6 +224,22 @@ class ServerSettings:
         return self.executor == "kubernetes"
 
 
+def _access_values(values: dict[str, object]) -> None:
+    """The workspace ClusterRole and the ServiceAccount from the environment (the chart
+    sets TAU_WORKSPACE_CLUSTERROLE, TAU_SERVICE_ACCOUNT as a name and
+    TAU_SERVICE_ACCOUNT_NAMESPACE; TAU_WORKSPACE_ROLE and ``namespace/name`` work too)."""
+    env = os.environ
+    role = env.get("TAU_WORKSPACE_CLUSTERROLE") or env.get("TAU_WORKSPACE_ROLE")
+    if role and values.get("workspace_role") is None:
+        values["workspace_role"] = role
+    account = values.get("service_account") or env.get("TAU_SERVICE_ACCOUNT")
+    namespace = env.get("TAU_SERVICE_ACCOUNT_NAMESPACE")
+    if account and "/" not in str(account) and namespace:
+        account = f"{namespace}/{account}"
+    if account:
+        values["service_account"] = str(account)
+
+
 def _metrics_values(values: dict[str, object]) -> None:
     """The metrics settings checked and typed in place; ValueError naming the setting."""
     if values.get("metrics", "on") not in METRICS_MODES:
@@ -219,6 +256,34 @@ def _metrics_values(values: dict[str, object]) -> None:
         values["metrics_port"] = int(text)
     if values.get("metrics_token_file") is not None:
         values["metrics_token_file"] = Path(str(values["metrics_token_file"]))
+
+
+# Where tracing's endpoint is read, in order, and whether it is a base URL.
+OTEL_ENDPOINTS = (
+    ("--otel-endpoint", True),
+    ("TAU_OTEL_ENDPOINT", True),
+    ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", False),
+    ("OTEL_EXPORTER_OTLP_ENDPOINT", True),
+)
+
+
+def otel_endpoint(flag: object = None) -> str | None:
+    """Where spans go (the full OTLP/HTTP traces URL), or None: tracing off. ``--otel-endpoint``
+    or ``TAU_OTEL_ENDPOINT``, else the standard ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` (a
+    full URL), else ``OTEL_EXPORTER_OTLP_ENDPOINT``; the base URLs get ``/v1/traces``.
+    ``OTEL_SDK_DISABLED=true`` turns it off. ValueError naming the setting."""
+    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return None
+    for name, base in OTEL_ENDPOINTS:
+        url = str((flag if name == "--otel-endpoint" else os.environ.get(name)) or "").strip()
+        if not url:
+            continue
+        if not url.startswith(("http://", "https://")) or any(c.isspace() for c in url):
+            raise ValueError(f"{name} is an http:// or https:// URL, not {url!r}")
+        if base and not url.rstrip("/").endswith("/v1/traces"):
+            url = url.rstrip("/") + "/v1/traces"
+        return url
+    return None
 
 
 def parse_breaker(text: str) -> tuple[float, float]:

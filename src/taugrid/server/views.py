@@ -18,6 +18,7 @@ from taugrid.server.schemas import (
     DriftOut,
     EventOut,
     ExperimentOut,
+    GpuUse,
     MetricsLast,
     PendingOut,
     PolicyApplyOut,
@@ -70,6 +71,7 @@ def run_row(svc: RunService, r: Row) -> RunOut:
         else None,
         experiment=ExperimentOut(**r["experiment"]) if r.get("experiment") else None,
         metrics_last=MetricsLast(**r["metrics_last"]) if r.get("metrics_last") else None,
+        gpu_use=_gpu_use(svc, r),
         restarts=r.get("restarts") or 0,
         progress=progress_words(
             svc.engine.progress.get(r["id"]) if r["state"] in ACTIVE else None,
@@ -77,6 +79,13 @@ def run_row(svc: RunService, r: Row) -> RunOut:
             r.get("metrics_last"),
         ),
     )
+
+
+def _gpu_use(svc: RunService, r: Row) -> GpuUse | None:
+    if r["state"] != "RUNNING":
+        return None
+    now = svc.gpu_now(r["id"])
+    return GpuUse(**now) if now is not None else None
 
 
 def progress_words(

@@ -23,6 +23,7 @@ class FakeClient:
         self.checkpoint_listing: dict[str, Any] | None = None
         self.files: dict[tuple[int, str], bytes] = {}
         self.series: list[dict[str, Any]] = []
+        self.gpu: list[dict[str, Any]] = []  # the server's GPU use samples of the run
         self.metrics_asked: list[int | None] = []
         self.resumed: list[str] = []
 
@@ -54,7 +55,7 @@ class FakeClient:
     def metrics(self, ref: str, attempt: int | None = None) -> dict[str, Any]:
         self.metrics_asked.append(attempt)
         series = [p for p in self.series if attempt is None or p["attempt"] == attempt]
-        return {"run_id": ref, "series": copy.deepcopy(series)}
+        return {"run_id": ref, "series": copy.deepcopy(series), "gpu": list(self.gpu)}
 
     def resume(self, ref: str) -> dict[str, Any]:
         self.resumed.append(ref)

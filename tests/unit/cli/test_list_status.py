@@ -288,3 +288,29 @@ def test_status_says_when_it_shows_only_the_newest(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(fake, "list_runs", lambda **kw: {**original(**kw), "next_cursor": "x"})
     result = invoke(monkeypatch, "status", fake, "status")
     assert "the newest 20 runs; see more with: tau list --limit 200" in result.stderr
+
+
+def test_status_shows_a_running_runs_gpu_use_and_idleness() -> None:
+    import time as _time
+
+    from taugrid.cli.commands.status import gpu_use_lines
+
+    assert gpu_use_lines({"gpu_use": None}) == []  # not read: nothing, never "0%"
+    now = _time.time()
+    use = {
+        "at": now - 5,
+        "utilization_pct": 97.0,
+        "memory_used_bytes": 31 << 30,
+        "memory_total_bytes": 160 << 30,
+        "gpus": [
+            {"index": 0, "utilization_pct": 97.0},
+            {"index": 1, "utilization_pct": 3.0},
+        ],
+        "idle_since": None,
+        "flagged_idle": False,
+    }
+    (line,) = gpu_use_lines({"gpu_use": use})
+    assert line.startswith("GPU use:    97% (GPU 0: 97%, 1: 3%), memory 31.0 of 160 GiB")
+    idle = {**use, "utilization_pct": 1.0, "idle_since": now - 1800, "flagged_idle": True}
+    lines = gpu_use_lines({"gpu_use": idle})
+    assert "idle for 30" in lines[1] and "flagged by the policy's gpu_idle" in lines[1]

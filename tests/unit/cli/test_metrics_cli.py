@@ -67,7 +67,7 @@ def test_command_csv_key_and_attempt(monkeypatch: pytest.MonkeyPatch) -> None:
     ]
     result = invoke(monkeypatch, "metrics", fake, "metrics", "r1", "--attempt", "1", "-o", "json")
     assert fake.metrics_asked[-1] == 1
-    assert json.loads(result.stdout) == {"run_id": "r1", "series": SERIES[2:]}
+    assert json.loads(result.stdout) == {"run_id": "r1", "series": SERIES[2:], "gpu": []}
 
 
 def test_command_unknown_key_and_no_metrics(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -85,3 +85,23 @@ def test_command_unknown_key_and_no_metrics(monkeypatch: pytest.MonkeyPatch) -> 
     assert result.stdout == "run r1 has logged no metrics yet\n"
     result = invoke(monkeypatch, "metrics", fake, "metrics", "r1", "--csv")
     assert result.stdout == "step,time,attempt\n"
+
+
+def test_a_running_runs_gpu_use_follows_the_table_and_rides_in_json(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake = FakeClient()
+    fake.series = SERIES
+    fake.gpu = [
+        {"time": 1795990010.0, "utilization_pct": 97.0, "memory_used_bytes": 3 << 30},
+        {"time": 1795990025.0, "utilization_pct": 2.0, "memory_used_bytes": 1 << 29},
+    ]
+    out = invoke(monkeypatch, "metrics", fake, "metrics", "r1").stdout
+    tail = out.split("GPU use (sampled by the server, the busiest GPU):\n")[1].splitlines()
+    assert tail[0].split() == ["TIME", "GPU", "UTIL", "MEMORY", "GIB"]
+    assert tail[1].split()[-2:] == ["97%", "3.00"] and tail[2].split()[-2:] == ["2%", "0.50"]
+    data = json.loads(invoke(monkeypatch, "metrics", fake, "metrics", "r1", "-o", "json").stdout)
+    assert data["gpu"] == fake.gpu
+    # --csv stays the workload's metrics only: a file a script reads has one shape.
+    csv_out = invoke(monkeypatch, "metrics", fake, "metrics", "r1", "--csv").stdout
+    assert "GPU" not in csv_out

@@ -93,6 +93,9 @@ class FakeGpu:
     temperature: int = 40
     slowdown: int = 87
     clocks: int = 0  # nvmlDeviceGetCurrentClocksEventReasons' mask
+    utilization: int = 0  # nvmlDeviceGetUtilizationRates().gpu, percent
+    memory_used: int = 0  # nvmlDeviceGetMemoryInfo(), bytes
+    memory_total: int = 80 << 30
     events: int = 0x8 | 0x2  # supported event types (Xid, DBE)
     lost: bool = False  # every call on it raises GPU_IS_LOST
     unsupported: set[str] = field(default_factory=set)  # function names: NotSupported
@@ -201,6 +204,18 @@ class FakeNvml:
     def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
         self._enter("nvmlDeviceGetHandleByIndex", index)
         return index
+
+    def nvmlDeviceGetUtilizationRates(self, handle: int) -> SimpleNamespace:
+        gpu = self._enter("nvmlDeviceGetUtilizationRates", handle)
+        assert gpu is not None
+        return SimpleNamespace(gpu=gpu.utilization, memory=0)
+
+    def nvmlDeviceGetMemoryInfo(self, handle: int) -> SimpleNamespace:
+        gpu = self._enter("nvmlDeviceGetMemoryInfo", handle)
+        assert gpu is not None
+        return SimpleNamespace(
+            total=gpu.memory_total, used=gpu.memory_used, free=gpu.memory_total - gpu.memory_used
+        )
 
     def nvmlDeviceGetUUID(self, handle: int) -> bytes:
         gpu = self._enter("nvmlDeviceGetUUID", handle)

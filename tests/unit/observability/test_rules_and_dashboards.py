@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from servicecheck import require_service
+from taugrid.domain.gpu_use import GpuReading
 from taugrid.health.exporter import AgentMetrics
 from taugrid.server.metrics import ServerMetrics
 from taugrid.store import RunStore, connect
@@ -68,6 +69,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
         health_mode="on",
         agents=lambda: {"reporting": 1, "silent": 0, "unhealthy": 0},
     )
+    server.watch_gpu_use(lambda: {0: GpuReading(0, 50.0, 1, 2)}, lambda: {"r"})
     names = _series_names(server.registry)
     db.dispose()
     agent = AgentMetrics([{"index": 0, "uuid": "GPU-0"}])
@@ -96,7 +98,7 @@ def _panels() -> list[tuple[str, dict[str, Any]]]:
 
 def test_every_rule_queries_only_exported_metrics(exported: set[str]) -> None:
     rules = _rules()
-    assert len(rules) >= 10
+    assert len(rules) >= 11
     for rule in rules:
         names = _queried(rule["expr"])
         assert names, rule["alert"]

@@ -4,7 +4,8 @@ The policy file (policy.yaml) is the platform team's: flavors, cohorts, cluster 
 workspaces, priority classes and per-user limits (docs/policy.md). Identity and access:
 workspaces and their members' roles, users and service accounts, API tokens and the
 audit log (docs/access.md). GPU health: the monitor's events, returning a GPU to
-service, fault injection (docs/gpu-health.md).
+service, fault injection (docs/gpu-health.md). The cluster: readiness checks
+(docs/kubernetes.md).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from taugrid.cli.commands import admin_health, admin_identity
+from taugrid.cli.commands import admin_cluster, admin_health, admin_identity
 from taugrid.cli.connect import connect
 from taugrid.cli.output import emit_json, output_option
 from taugrid.errors import UsageError
@@ -28,7 +29,8 @@ def command() -> None:
     pass
 
 
-for _sub in (*admin_identity.COMMANDS, *admin_health.COMMANDS):  # workspace ... audit, health
+# workspace ... audit, health, cluster
+for _sub in (*admin_identity.COMMANDS, *admin_health.COMMANDS, *admin_cluster.COMMANDS):
     command.add_command(_sub)
 
 

@@ -5,7 +5,8 @@
   tau metrics RUN --key loss --csv     CSV on stdout (empty cell: no value)
   tau metrics RUN --attempt 1 -o json
 
-Metrics are what the workload logged with taugrid.log(step=..., name=value).
+Metrics are what the workload logged with taugrid.log(step=..., name=value); a running
+run's GPU use, as the server samples it, follows them (-o json: "gpu").
 """
 
 from __future__ import annotations
@@ -117,11 +118,28 @@ def command(
             )
         series = select(series, keys)
     columns = list(keys) or available
+    gpu = data.get("gpu") or []
     if output == "json":
-        emit_json({"run_id": data["run_id"], "series": series})
+        emit_json({"run_id": data["run_id"], "series": series, "gpu": gpu})
     elif as_csv:
         click.echo(to_csv(series, columns), nl=False)
-    elif series:
-        click.echo(to_table(series, columns))
     else:
-        click.echo(f"run {data['run_id']} has logged no metrics yet")
+        if series:
+            click.echo(to_table(series, columns))
+        else:
+            click.echo(f"run {data['run_id']} has logged no metrics yet")
+        if gpu and not keys:
+            click.echo("\nGPU use (sampled by the server, the busiest GPU):")
+            click.echo(gpu_table(gpu))
+
+
+def gpu_table(samples: Sequence[Mapping[str, Any]]) -> str:
+    rows = [
+        [
+            clock(s["time"]),
+            f"{s['utilization_pct']:.0f}%",
+            f"{s['memory_used_bytes'] / (1 << 30):.2f}",
+        ]
+        for s in samples
+    ]
+    return table(["TIME", "GPU UTIL", "MEMORY GIB"], rows)

@@ -77,6 +77,7 @@ def describe(run: dict[str, Any]) -> str:
         *_experiment_lines(run),
         *_restart_lines(run),
         *_metrics_lines(run),
+        *gpu_use_lines(run),
         f"Spec:       {run['spec']['source']}  hash {run['spec']['hash'][:12]}"
         f"  snapshot {run['spec']['snapshot_digest'][:12]}",
     ]
@@ -224,6 +225,28 @@ def _metrics_lines(run: dict[str, Any]) -> list[str]:
     step = "" if last.get("step") is None else f"step {last['step']}: "
     values = "  ".join(f"{k}={metric_value(v)}" for k, v in last["values"].items())
     return [f"Metrics:    {step}{values}  ({ago(last.get('time'))})"]
+
+
+def gpu_use_lines(run: dict[str, Any]) -> list[str]:
+    """A running run's GPUs as last sampled: the busiest one's utilization, the memory of
+    all, and since when they sit idle (nothing when not read: never a reassuring 0 %)."""
+    use = run.get("gpu_use")
+    if not use:
+        return []
+    gib = 1 << 30
+    each = ", ".join(f"{g['index']}: {g['utilization_pct']:.0f}%" for g in use["gpus"])
+    text = (
+        f"GPU use:    {use['utilization_pct']:.0f}% (GPU {each}), memory "
+        f"{use['memory_used_bytes'] / gib:.1f} of {use['memory_total_bytes'] / gib:.0f} GiB"
+        f"  ({ago(use['at'])})"
+    )
+    lines = [text]
+    if use.get("idle_since") is not None:
+        flagged = "; flagged by the policy's gpu_idle" if use.get("flagged_idle") else ""
+        lines.append(
+            f"            idle for {human_seconds(time.time() - use['idle_since'])}{flagged}"
+        )
+    return lines
 
 
 def _restart_lines(run: dict[str, Any]) -> list[str]:

@@ -59,6 +59,21 @@ KINDS: dict[tuple[str, str], KindInfo] = {
     ("kueue.x-k8s.io/v1beta2", "WorkloadPriorityClass"): KindInfo(
         "workloadpriorityclasses", namespaced=False
     ),
+    # Read by `tau admin cluster check` (cluster_facts.py): the add-ons' CRDs, webhooks
+    # and controllers.
+    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): KindInfo(
+        "customresourcedefinitions", namespaced=False
+    ),
+    ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"): KindInfo(
+        "mutatingwebhookconfigurations", namespaced=False
+    ),
+    ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"): KindInfo(
+        "validatingwebhookconfigurations", namespaced=False
+    ),
+    ("apps/v1", "Deployment"): KindInfo("deployments", namespaced=True),
+    # A workspace Namespace's RoleBinding of the workspace ClusterRole (policy_sync.py,
+    # only with TAU_WORKSPACE_CLUSTERROLE).
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): KindInfo("rolebindings", namespaced=True),
 }
 
 
@@ -186,6 +201,14 @@ class KubeClient(Protocol):
     def pending_workloads(self, namespace: str, local_queue: str) -> builtins.list[JsonObject]:
         """Kueue's visibility API: the LocalQueue's pending Workloads in queue order, each
         with ``positionInLocalQueue``/``positionInClusterQueue`` and its owner."""
+        ...
+
+    def server_version(self) -> JsonObject:
+        """``GET /version``: ``major``, ``minor``, ``gitVersion``..."""
+        ...
+
+    def api_groups(self) -> JsonObject:
+        """``GET /apis``: the APIGroupList (each group's served versions)."""
         ...
 
     def close(self) -> None: ...

@@ -467,6 +467,14 @@ class LightkubeClient(KubeClient):
         items = body.get("items") or []
         return [item for item in items if isinstance(item, dict)]
 
+    def server_version(self) -> JsonObject:
+        ref = ObjectRef("v1", "Version", None, "/version")
+        return _json(self._call("get", ref, "GET", "/version"), "get", ref)
+
+    def api_groups(self) -> JsonObject:
+        ref = ObjectRef("v1", "APIGroupList", None, "/apis")
+        return _json(self._call("get", ref, "GET", "/apis"), "get", ref)
+
     def close(self) -> None:
         self._http.close()
 

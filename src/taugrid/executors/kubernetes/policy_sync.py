@@ -1,5 +1,6 @@
-"""The policy target on a cluster: a policy's Kueue objects and workspace Namespaces put
-there by server-side apply, and what the cluster has that differs.
+"""The policy target on a cluster: a policy's Kueue objects and workspace Namespaces (and,
+with the workspace access configured, their RoleBindings) put there by server-side
+apply, and what the cluster has that differs.
 
 ``apply`` sends each object with ``KubeClient.apply`` (field manager ``taugrid``, forced:
 TauGrid owns the fields it sets, and a person's ``kubectl edit`` of one is drift to be
@@ -16,27 +17,31 @@ import logging
 from taugrid.executors.kubernetes.client import KubeClient, KubeError
 from taugrid.manifests.plan import ClusterTarget
 from taugrid.policy.cluster_objects import (
-    POLICY_KINDS,
     JsonObject,
     ObjectName,
     desired_objects,
     is_managed,
+    policy_kinds,
 )
 from taugrid.policy.drift import Drift, drift
 from taugrid.policy.kueue import MANAGED_BY
 from taugrid.policy.models import Policy
+from taugrid.policy.workspace_access import WorkspaceAccess
 from taugrid.ports.policy_target import ApplyReport, PolicyTarget
 
 log = logging.getLogger("taugrid.kubernetes")
 
 
 class KubePolicyTarget(PolicyTarget):
-    def __init__(self, client: KubeClient, target: ClusterTarget) -> None:
+    def __init__(
+        self, client: KubeClient, target: ClusterTarget, access: WorkspaceAccess | None = None
+    ) -> None:
         self.client = client
         self.target = target
+        self.access = access  # each workspace Namespace's RoleBinding; None: none
 
     def desired(self, policy: Policy) -> list[JsonObject]:
-        return desired_objects(policy, self.target.namespace_prefix)
+        return desired_objects(policy, self.target.namespace_prefix, self.access)
 
     def apply(self, policy: Policy) -> ApplyReport:
         objects = self.desired(policy)  # a render failure raises here, before any request
@@ -55,7 +60,7 @@ class KubePolicyTarget(PolicyTarget):
     def drift(self, policy: Policy) -> list[Drift]:
         desired = self.desired(policy)
         live: list[JsonObject] = []
-        for api_version, kind in POLICY_KINDS:
+        for api_version, kind in policy_kinds(self.access):
             found = self.client.list(api_version, kind, labels=dict(MANAGED_BY)).items
             # The label selector is filtered here too: a server (or a fake) that ignores
             # it must not make other objects look like TauGrid's left-overs.
