@@ -6,9 +6,6 @@ gives no readings, never idleness."""
 
 from __future__ import annotations
 
-import shutil
-import socket
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -19,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from servicecheck import require_service
+import promserver
 from taugrid.domain.gpu_use import IdleAction, IdleRule
 from taugrid.executors.kubernetes.dcgm import DcgmUsage
 from taugrid.ports.devices import RunPlace
@@ -59,12 +56,6 @@ def exposition() -> str:
 MIB = 1 << 20
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class _Exporter(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         body = exposition().encode()
@@ -80,48 +71,29 @@ class _Exporter(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def prometheus(tmp_path: Path) -> Iterator[str]:
-    binary = shutil.which("prometheus")
-    require_service(binary is not None, "prometheus (Debian package prometheus) is not installed")
-    assert binary is not None
     exporter = ThreadingHTTPServer(("127.0.0.1", 0), _Exporter)
     threading.Thread(target=exporter.serve_forever, daemon=True).start()
-    config = tmp_path / "prometheus.yml"
-    config.write_text(
+    config = (
         "global: {scrape_interval: 1s}\n"
         "scrape_configs:\n"
         "  - job_name: dcgm-exporter\n"
         "    honor_labels: true\n"  # as the GPU operator's ServiceMonitor: pod, namespace kept
         f"    static_configs: [{{targets: ['127.0.0.1:{exporter.server_port}']}}]\n"
     )
-    port = free_port()
-    log = (tmp_path / "prometheus.log").open("w")
-    proc = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:  # until the first scrape is in
-            try:
-                got = httpx.get(f"{url}/api/v1/query", params={"query": "DCGM_FI_DEV_FB_FREE"})
-                if got.json()["data"]["result"]:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, (tmp_path / "prometheus.log").read_text()
-            time.sleep(0.3)
-        yield url
+        with promserver.prometheus(config, tmp_path) as url:
+            deadline = time.monotonic() + 60
+            while True:  # until the first scrape is in
+                try:
+                    got = httpx.get(f"{url}/api/v1/query", params={"query": "DCGM_FI_DEV_FB_FREE"})
+                    if got.json()["data"]["result"]:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert time.monotonic() < deadline, (tmp_path / "prometheus.log").read_text()
+                time.sleep(0.3)
+            yield url
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        log.close()
         exporter.shutdown()
         exporter.server_close()
 
@@ -187,6 +159,6 @@ def test_the_tracker_flags_the_idle_cluster_run(prometheus: str) -> None:
 
 
 def test_a_prometheus_that_does_not_answer_gives_no_readings() -> None:
-    usage = DcgmUsage(f"http://127.0.0.1:{free_port()}", timeout_s=1.0)
+    usage = DcgmUsage(f"http://127.0.0.1:{promserver.free_port()}", timeout_s=1.0)
     assert usage.read(RUNS) == {}
     assert usage.read(RUNS) == {}  # said once, read again each round

@@ -4,9 +4,6 @@ the series it stored are the ones the runs made, and every rule evaluates cleanl
 
 from __future__ import annotations
 
-import shutil
-import socket
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,49 +14,23 @@ import httpx
 import pytest
 from tauproc import Tau
 
-from servicecheck import require_service
+import promserver
 
 RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "taugrid.rules.yaml"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def prometheus(tau: Tau, tmp_path: Path) -> Iterator[str]:
-    binary = shutil.which("prometheus")
-    require_service(binary is not None, "prometheus (Debian package prometheus) is not installed")
-    assert binary is not None
     tau.start_server()
     target = urlparse(tau.server_info()["url"]).netloc
-    config = tmp_path / "prometheus.yml"
-    config.write_text(
+    config = (
         "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
         f"rule_files: [{RULES}]\n"
         "scrape_configs:\n"
         f"  - job_name: taugrid\n    static_configs: [{{targets: ['{target}']}}]\n"
     )
-    port = free_port()
-    log = (tmp_path / "prometheus.log").open("w")
-    proc = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        log.close()
+    with promserver.prometheus(config, tmp_path) as url:
+        yield url
 
 
 def query(prom: str, expr: str) -> list[dict[str, Any]]:
