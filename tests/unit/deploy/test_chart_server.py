@@ -2,7 +2,7 @@
 
 The server agrees with the image (command, port, TAU_HOME) and with the code (its flags,
 the environment it reads), and connects to the bundled PostgreSQL or to an external
-database given by URL or by Secret (it migrates at start: no hook).
+database given by URL or by Secret; the pre-upgrade migration Job.
 Nothing here talks to a cluster: docs/install.md says what was not run.
 """
 
@@ -26,6 +26,7 @@ from chartkit import (
     dockerfile,
     env_of,
     one,
+    problems_of,
     render,
     server_container,
 )
@@ -198,9 +199,25 @@ def test_external_database_by_url_or_by_secret(helm: str, chart: Path) -> None:
     assert not [o for o in by_secret if o["kind"] == "Secret"]  # the user's, not ours
 
 
-def test_no_migration_hook_the_server_migrates_at_start(helm: str, chart: Path) -> None:
-    """There is no migrate-only command (store/db.py migrates inside connect()), so the
-    chart has no pre-install/pre-upgrade Job; docs/install.md says so."""
-    objs = render(helm, chart, ci("default"))
-    assert not [o for o in objs if "helm.sh/hook" in (o["metadata"].get("annotations") or {})]
-    assert "def upgrade(engine" in (REPO / "src/taugrid/store/db.py").read_text()
+def test_an_upgrade_migrates_first_in_a_hook_job(helm: str, chart: Path) -> None:
+    """The pre-upgrade Job runs the server's --migrate-only on the server's database, with
+    the server's image and a restricted pod; without migrations.hook there is none."""
+    for values in ("default", "external-db"):
+        objs = render(helm, chart, ci(values))
+        hooks = [o for o in objs if "helm.sh/hook" in (o["metadata"].get("annotations") or {})]
+        (job,) = hooks
+        assert job["kind"] == "Job" and job["metadata"]["annotations"]["helm.sh/hook"] == (
+            "pre-upgrade"
+        )
+        pod = job["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        server = server_container(objs)
+        assert container["image"] == server["image"]
+        assert container["command"] == ["python", "-m", "taugrid.server", "--migrate-only"]
+        assert env_of(container)["TAU_DATABASE_URL"] == env_of(server)["TAU_DATABASE_URL"]
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        assert pod["securityContext"]["runAsNonRoot"] is True and pod["restartPolicy"] == "Never"
+        assert problems_of(job) == []
+    off = render(helm, chart, ci("default"), sets=("migrations.hook=false",))
+    assert not [o for o in off if "helm.sh/hook" in (o["metadata"].get("annotations") or {})]
+    assert "--migrate-only" in (REPO / "src/taugrid/server/__main__.py").read_text()
