@@ -167,6 +167,14 @@ class DiskFull(TauError):
     http_status = 507  # Insufficient Storage
 
 
+class ClusterNotReady(TauError):
+    """``tau admin cluster check`` found a check that failed (its lines say which, and the
+    fix); the CLI's verdict, never an API answer."""
+
+    code = "cluster_not_ready"
+    exit_code = 11
+
+
 ERRORS_BY_CODE: dict[str, type[TauError]] = {
     cls.code: cls
     for cls in (
@@ -185,5 +193,6 @@ ERRORS_BY_CODE: dict[str, type[TauError]] = {
         Forbidden,
         RateLimited,
         DiskFull,
+        ClusterNotReady,
     )
 }

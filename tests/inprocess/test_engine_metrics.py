@@ -33,7 +33,7 @@ def scrape(metrics: ServerMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...
 def watched(world: World, health: Any = None) -> ServerMetrics:
     world.store.clock = world.clock  # the rows' times on the test's clock
     metrics = ServerMetrics(clock=world.clock)
-    world.engine.on_moved = metrics.moved
+    world.engine.observe_moves(metrics.moved)
     world.engine.on_pass = metrics.engine_passed
     metrics.watch(
         world.store,

@@ -196,9 +196,8 @@ def test_the_metrics_and_the_tracing_both_watch_the_engine(
         calls.append(len(moves))
         raise RuntimeError("an observer that fails")
 
-    world.engine.on_moved = broken  # as a test sets it; the others are chained after
+    world.engine.observe_moves(broken)  # after the fixture's tracing, before the metrics
     world.engine.observe_moves(metrics.moved)
-    tracing.watch(world.engine)  # the fixture's watch was replaced by the assignment
     rid = submit(world, tracing)
     world.step()
     world.executor.start(world.key(rid))

@@ -55,6 +55,10 @@ class ApplyReport:
         counted = Counter(o.kind for o in self.applied)
         return {k: counted[k] for k in sorted(counted, key=apply_rank)}
 
+    def applied_words(self) -> str:
+        """The applied objects counted in words: ``2 ClusterQueue, 3 LocalQueue``."""
+        return ", ".join(f"{n} {k}" for k, n in self.counts().items()) or "nothing"
+
 
 class PolicyApplyFailed(TauError):
     """A policy's objects could not all be applied; nothing was stored. The message says
@@ -64,7 +68,7 @@ class PolicyApplyFailed(TauError):
     http_status = 502  # the cluster refused or failed, not the request itself
 
     def __init__(self, report: ApplyReport) -> None:
-        applied = ", ".join(f"{n} {k}" for k, n in report.counts().items()) or "nothing"
+        applied = report.applied_words()
         super().__init__(
             f"policy not applied (nothing stored): {report.failed} failed: {report.error}; "
             f"applied before it: {applied}; not applied: it and {len(report.not_applied)} "

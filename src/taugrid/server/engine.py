@@ -133,28 +133,15 @@ class RunEngine:
         self._restart_policies: dict[str, RestartPolicy] = {}
         self.disk = disk
         self._thread: threading.Thread | None = None
-        # Observers (the metrics, server/metrics.py): each committed batch of transitions
-        # with the runs as recorded, and each pass's wall time. None: nobody watches.
-        # More than one (the metrics, the tracing): observe_moves chains them.
-        self.on_moved: Callable[[list[tuple[Move, Row]]], None] | None = None
+        # Observers (the metrics, the tracing): each committed batch of transitions with
+        # the runs as recorded (observe_moves), and each pass's wall time.
+        self._move_observers: list[Callable[[list[tuple[Move, Row]]], None]] = []
         self.on_pass: Callable[[float], None] | None = None
 
     def observe_moves(self, observer: Callable[[list[tuple[Move, Row]]], None]) -> None:
-        """Tell ``observer`` too of each committed batch, after those already watching;
-        one that fails is logged and the others are still told."""
-        before = self.on_moved
-        if before is None:
-            self.on_moved = observer
-            return
-
-        def both(written: list[tuple[Move, Row]]) -> None:
-            try:
-                before(written)
-            except Exception:
-                log.exception("a transition observer failed")
-            observer(written)
-
-        self.on_moved = both
+        """Tell ``observer`` of each committed batch, after those already watching; one
+        that fails is logged, and the others are still told."""
+        self._move_observers.append(observer)
 
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
@@ -510,16 +497,17 @@ class RunEngine:
                 for q, r in zip(batch, results, strict=True)
                 if not isinstance(r, BaseException)
             )
-            if self.on_moved is not None:
+            if self._move_observers:
                 written = [
                     (q.move, r)
                     for q, r in zip(batch, results, strict=True)
                     if not isinstance(r, BaseException)
                 ]
-                try:
-                    self.on_moved(written)
-                except Exception:  # an observer must never hold back the launches below
-                    log.exception("a transition observer failed")
+                for observer in self._move_observers:
+                    try:
+                        observer(written)
+                    except Exception:  # an observer must never hold back the launches below
+                        log.exception("a transition observer failed")
             for queued, result in zip(batch, results, strict=True):
                 move = queued.move
                 if isinstance(result, BaseException):

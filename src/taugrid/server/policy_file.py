@@ -87,10 +87,7 @@ def apply_policy_file(
     else:
         detail = None
         if done.cluster is not None:
-            counts = done.cluster.counts()
-            detail = "applied to the cluster: " + (
-                ", ".join(f"{n} {k}" for k, n in counts.items()) or "nothing"
-            )
+            detail = "applied to the cluster: " + done.cluster.applied_words()
         _audit(identity, source, "ok", detail)
         log.info("policy file %s applied at start (hash %s)", source, (done.policy.hash or "")[:12])
         return PolicyFileStart(source, APPLIED, text=text)

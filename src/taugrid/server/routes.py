@@ -347,10 +347,7 @@ def put_policy(body: PolicyApply, request: Request) -> PolicyApplyOut:
         require_admin(request)
         done = svc.queueing.apply(body.text, body.source)
         if done.cluster is not None:
-            counts = done.cluster.counts()
-            entry["detail"] = "applied to the cluster: " + (
-                ", ".join(f"{n} {k}" for k, n in counts.items()) or "nothing"
-            )
+            entry["detail"] = "applied to the cluster: " + done.cluster.applied_words()
     svc.engine.wake()  # queued runs may fit the new quotas
     return policy_applied_out(done)
 

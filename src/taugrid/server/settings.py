@@ -55,6 +55,7 @@ METRICS_ENV = {
     "log_format": "TAU_LOG_FORMAT",
     "prometheus_url": "TAU_PROMETHEUS_URL",
 }
+POLICY_ENV = {"policy_file": "TAU_POLICY_FILE"}  # the chart's policy, applied at start
 METRICS_MODES = ("on", "off")
 LOG_FORMATS = ("text", "json")
 ISOLATION_ENV = {
@@ -186,7 +187,7 @@ class ServerSettings:
         for key, var in OIDC_ENV.items():
             if os.environ.get(var):
                 values[key] = os.environ[var]
-        for key, var in (*HEALTH_ENV.items(), *METRICS_ENV.items()):
+        for key, var in (*HEALTH_ENV.items(), *METRICS_ENV.items(), *POLICY_ENV.items()):
             if os.environ.get(var):
                 values[key] = os.environ[var]
         if "oidc_client_secret_file" in values:
@@ -198,8 +199,6 @@ class ServerSettings:
             values["kubeconfig"] = Path(str(values["kubeconfig"]))
         if values.get("health_replay") is not None:
             values["health_replay"] = Path(str(values["health_replay"]))
-        if os.environ.get("TAU_POLICY_FILE") and values.get("policy_file") is None:
-            values["policy_file"] = os.environ["TAU_POLICY_FILE"]
         if values.get("policy_file") is not None:
             values["policy_file"] = Path(str(values["policy_file"]))
         _access_values(values)

@@ -15,16 +15,9 @@ import click
 
 from taugrid.cli.connect import connect
 from taugrid.cli.output import emit_json, output_option
-from taugrid.errors import TauError
+from taugrid.errors import ClusterNotReady
 
 MARKS = {"ok": "ok  ", "warn": "warn", "fail": "FAIL"}
-
-
-class ClusterNotReady(TauError):
-    """A check failed (the lines above said which and how to fix it)."""
-
-    code = "cluster_not_ready"
-    exit_code = 11
 
 
 @click.group(name="cluster", help="The cluster TauGrid runs on: readiness checks.")
