@@ -451,3 +451,17 @@ def raw_commits_per_s(path: Path, seconds: float = 2.0) -> dict[str, Any]:
         conn.close()
     assert mode == "wal" and sync == 2, (mode, sync)  # 2 == FULL
     return {"commits": n, "seconds": round(elapsed, 3), "commits_per_s": round(n / elapsed, 1)}
+
+
+def timed_get(
+    conn: http.client.HTTPConnection, path: str, headers: dict[str, str]
+) -> tuple[float, int]:
+    """Seconds from the request sent to the last byte of the body read, and its size."""
+    t0 = time.perf_counter()
+    conn.request("GET", path, headers=headers)
+    resp = conn.getresponse()
+    body = resp.read()
+    took = time.perf_counter() - t0
+    if resp.status != 200:
+        raise RuntimeError(f"GET {path}: {resp.status} {body[:200]!r}")
+    return took, len(body)

@@ -33,6 +33,7 @@ BENCHMARKS = (
     "health_classify",
     "fault_resume",
     "metrics_scrape",
+    "portal_render",
 )
 
 

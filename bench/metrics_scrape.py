@@ -37,6 +37,7 @@ from bench._common import (
     percentile,
     print_headlines,
     submit_body,
+    timed_get,
     upload_snapshot,
     write_results,
 )
@@ -120,19 +121,6 @@ def seed_finished(db_path: Path, n: int) -> None:
             conn.execute(runs.insert(), rows[i : i + 1000])
             conn.execute(attempts.insert(), atts[i : i + 1000])
     db.dispose()
-
-
-def timed_get(
-    conn: http.client.HTTPConnection, path: str, headers: dict[str, str]
-) -> tuple[float, int]:
-    t0 = time.perf_counter()
-    conn.request("GET", path, headers=headers)
-    resp = conn.getresponse()
-    body = resp.read()
-    took = time.perf_counter() - t0
-    if resp.status != 200:
-        raise RuntimeError(f"GET {path}: {resp.status} {body[:200]!r}")
-    return took, len(body)
 
 
 def scrape_part() -> dict[str, Any]:

@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "schema": ("schema", "Print the JSON Schema of tau.yaml."),
     "init": ("init", "Write a commented starter tau.yaml."),
     "secret": ("secret", "Manage secrets that runs get as environment variables."),
+    "portal": ("portal", "Open the web portal in a browser, logged in."),
     "server": ("server", "Start, stop or inspect the local server."),
     "login": ("login", "Log in to a tau server and save it as a context."),
     "context": ("context", "List, show, switch and delete CLI contexts."),

@@ -69,6 +69,9 @@ from taugrid.server.oidc import SESSION_COOKIE, oidc_login
 from taugrid.server.oidc_routes import router as oidc_router
 from taugrid.server.pod_reports import router as reports_router
 from taugrid.server.policy_file import apply_policy_file
+from taugrid.server.portal.login import link_router as portal_link_router
+from taugrid.server.portal.mount import error_page, mount_portal
+from taugrid.server.portal_session import CSRF_HEADER, SAFE_METHODS, csrf_ok, is_local_session
 from taugrid.server.queueing import Machine, Queueing
 from taugrid.server.request_guard import RequestGuard, bounded_json
 from taugrid.server.routes import router
@@ -263,7 +266,7 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
     app.add_middleware(RequestGuard)
     if metrics is not None:  # outermost: it times what the client waits for, errors too
         app.add_middleware(RequestMetrics, metrics=metrics)
-    error_answers.install(app)
+    error_answers.install(app, pages=error_page)  # the portal's paths answer with pages
 
     async def disk_full(request: Request, exc: Exception) -> JSONResponse:
         # Any "no space" error (ENOSPC, EDQUOT, SQLite or PostgreSQL full) is the JSON
@@ -298,6 +301,8 @@ def create_app(settings: ServerSettings, *, public_url: str | None = None) -> Fa
     app.include_router(info_router, dependencies=[Depends(require_token)])
     app.include_router(health_router, dependencies=[Depends(require_token)])
     app.include_router(cluster_check_router, dependencies=[Depends(require_token)])
+    app.include_router(portal_link_router, dependencies=[Depends(require_token)])
+    mount_portal(app)  # its pages check the session themselves (server/portal/access.py)
     app.include_router(oidc_router, dependencies=[Depends(bounded_json)])  # login: no token yet
     app.include_router(code_router)  # pods: their attempt's code token, checked by the route
     app.include_router(reports_router, dependencies=[Depends(bounded_json)])  # report token
@@ -341,8 +346,17 @@ async def require_token(request: Request) -> None:
     source = request_source(request)  # the peer, or the client a trusted proxy names
     auth: Authenticator = request.app.state.auth
     header = request.headers.get("authorization")
-    if header is None and SESSION_COOKIE in request.cookies:  # the portal's OIDC session
-        header = f"Bearer {request.cookies[SESSION_COOKIE]}"
+    if header is None and SESSION_COOKIE in request.cookies:  # the portal's session
+        session = request.cookies[SESSION_COOKIE]
+        if request.method not in SAFE_METHODS and not csrf_ok(
+            auth.local_token, session, request.headers.get(CSRF_HEADER)
+        ):
+            raise Forbidden("a change made with the portal's session needs its CSRF token")
+        if is_local_session(session, auth.local_token):
+            request.state.caller = auth.owner()
+            await bounded_json(request)
+            return
+        header = f"Bearer {session}"
     caller = auth.local_caller(header)
     if caller is None:
         caller = await run_in_threadpool(auth.caller, header, source)

@@ -142,8 +142,12 @@ class Authenticator:
     def local_caller(self, header: str | None) -> Caller | None:
         """The machine's owner if the header holds the local token (no I/O); else None."""
         if token_matches(header, self.local_token):
-            return Caller(self.local_user, admin=True, auth="local")
+            return self.owner()
         return None
+
+    def owner(self) -> Caller:
+        """The machine's owner: the local token, or a portal session signed with it."""
+        return Caller(self.local_user, admin=True, auth="local")
 
     def caller(self, header: str | None, source: str) -> Caller:
         """The caller a header stands for; AuthError (401) or, for a (source, token id)

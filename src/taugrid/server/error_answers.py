@@ -20,17 +20,18 @@
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
 from taugrid.errors import SpecError, SpecProblem, TauError, UsageError
 from taugrid.server.request_guard import UNPARSABLE, internal_error
 
+PageAnswer = Callable[[Request, TauError], Response | None]
 WHERE = {"body": "request body", "query": "query", "path": "path", "header": "header"}
 CODE_OF_STATUS = {
     400: "usage",
@@ -111,20 +112,28 @@ def http_error(exc: HTTPException) -> TauError:
     return err
 
 
-def install(app: FastAPI) -> None:
-    """Register the handlers on the app (replacing FastAPI's defaults)."""
+def install(app: FastAPI, pages: PageAnswer | None = None) -> None:
+    """Register the handlers on the app (replacing FastAPI's defaults). ``pages`` may
+    answer an error as a page instead (the portal's paths: the same code and message in
+    HTML); it returns None for the paths it does not own."""
 
-    async def on_tau_error(_request: Request, exc: Exception) -> JSONResponse:
+    def answer(
+        request: Request, exc: TauError, headers: Mapping[str, str] | None = None
+    ) -> Response:
+        shown = pages(request, exc) if pages is not None else None
+        return shown if shown is not None else error_response(exc, headers=headers)
+
+    async def on_tau_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, TauError)
-        return error_response(exc)
+        return answer(request, exc)
 
-    async def on_validation_error(_request: Request, exc: Exception) -> JSONResponse:
+    async def on_validation_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
-        return error_response(validation_error(exc))
+        return answer(request, validation_error(exc))
 
-    async def on_http_error(_request: Request, exc: Exception) -> JSONResponse:
+    async def on_http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
-        return error_response(http_error(exc), headers=exc.headers)
+        return answer(request, http_error(exc), exc.headers)
 
     async def on_unhandled(request: Request, exc: Exception) -> JSONResponse:
         # Only what escapes RequestGuard gets here (Starlette logs it through uvicorn).

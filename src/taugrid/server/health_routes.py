@@ -140,6 +140,12 @@ def _need_monitor(request: Request) -> HealthMonitor | ClusterHealthController:
 
 @router.get("/gpus", response_model=GpusOut)
 def get_gpus(request: Request) -> GpusOut:
+    return gpus_view(request)
+
+
+def gpus_view(request: Request) -> GpusOut:
+    """The GPUs as the caller (``request.state.caller``) may see them: health, what is
+    out of service and why, what runs where (the API's and the portal's one view)."""
     monitor = _monitor(request)
     caller: Caller = request.state.caller
     svc = request.app.state.service

@@ -15,11 +15,10 @@ from taugrid.server.oidc import (
     DEVICE_TTL_S,
     NOT_CONFIGURED,
     POLL_INTERVAL_S,
-    SESSION_COOKIE,
-    SESSION_TTL_S,
     LoginState,
     OIDCLogin,
 )
+from taugrid.server.portal_session import set_session_cookie
 from taugrid.store.identity import IdentityStore
 
 router = APIRouter()
@@ -145,13 +144,5 @@ def _finish(request: Request, oidc: OIDCLogin, st: LoginState, code: str, target
     if done.session is None:
         return _page("Logged in", f"Logged in as {done.user}; return to your terminal.")
     resp = RedirectResponse(done.next_path, status_code=302)
-    resp.set_cookie(
-        SESSION_COOKIE,
-        done.session.secret,
-        max_age=int(SESSION_TTL_S),
-        httponly=True,
-        samesite="lax",
-        secure=request.url.scheme == "https",
-        path="/",
-    )
+    set_session_cookie(resp, request, done.session.secret)
     return resp

@@ -64,7 +64,7 @@ from taugrid.server.views import (
     run_events,
     run_row,
 )
-from taugrid.store.runs import Row, RunFilter
+from taugrid.store.runs import MAX_SEARCH_CHARS, Row, RunFilter
 
 router = APIRouter(prefix="/api/v1")
 
@@ -206,6 +206,16 @@ def list_runs(
     since: Annotated[float | None, Query(description="unix seconds")] = None,
     workspace: str | None = None,
     experiment: str | None = None,
+    queue: str | None = None,
+    user: Annotated[str | None, Query(description="the submitter")] = None,
+    until: Annotated[float | None, Query(description="unix seconds, created before")] = None,
+    q: Annotated[
+        str | None,
+        Query(
+            max_length=MAX_SEARCH_CHARS,
+            description="case-insensitive substring of id, name, experiment, submitter, message",
+        ),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     cursor: str | None = None,
 ) -> RunList:
@@ -215,6 +225,10 @@ def list_runs(
         since=since,
         workspace=workspace,
         experiment=experiment,
+        queue=queue,
+        submitter=user,
+        until=until,
+        text=q,
         visible=visible_workspaces(_caller(request)),
     )
     rows, nxt = _svc(request).list_runs(flt, limit, cursor)

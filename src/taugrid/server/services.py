@@ -53,7 +53,9 @@ from taugrid.server.submission import check_idempotency_key, check_limits, check
 from taugrid.server.tracing import NO_TRACING, NoTracing
 from taugrid.spec import TauSpec
 from taugrid.spec.modes import LOCAL, Capabilities, refusal
+from taugrid.spec.rerun import rerun_payload
 from taugrid.store.events import EventFeed
+from taugrid.store.experiments import experiment_summaries
 from taugrid.store.runs import Row, RunFilter, RunStore, Transition
 from taugrid.store.snapshots import SnapshotRecords
 
@@ -334,6 +336,38 @@ class RunService:
             nxt = f"{rows[-1]['created_at']!r}:{rows[-1]['id']}"
         return rows, nxt
 
+    def state_counts(self) -> list[Row]:
+        """Runs per (state, workspace, queue) of the workspaces the caller may see."""
+        seen = visible_workspaces(self.caller)
+        return [r for r in self.store.summary() if seen is None or r["workspace"] in seen]
+
+    def experiments(self) -> list[Row]:
+        return experiment_summaries(self.store.engine, visible_workspaces(self.caller))
+
+    def rerun(self, ref: str, overrides: Sequence[str], idempotency_key: str | None) -> Row:
+        """A new run from ``ref``'s record with ``overrides`` after its own, as ``tau
+        rerun`` submits it (the spec resolved again from the recorded source, the recorded
+        snapshot); the submit checks apply as to any submit, ``rerun_of`` included."""
+        run = self._resolve(ref)
+        self._check_change(run, "rerun")
+        code = run["code_info"] or {}
+        record = {
+            "id": run["id"],
+            "spec": {
+                "source": run["spec_source"],
+                "file_text": run["spec_file_text"],
+                "overrides": run["spec_overrides"],
+                "resolved": run["spec_resolved"],
+                "snapshot_digest": run["snapshot_digest"],
+            },
+            "env": run["env_summary"],
+            "code": {"git": code.get("git")} if code else None,
+            "python_env": run["python_env"],
+        }
+        payload = rerun_payload(record, list(overrides), self.caller.user)
+        made, _ = self.submit(SubmitRequest(**payload), idempotency_key)
+        return made
+
     # -- cancel -------------------------------------------------------------------------
     def cancel(self, ref: str) -> Row:
         result = self.cancel_many([ref])[ref]
@@ -415,6 +449,9 @@ class RunService:
     def event_feed(self, after: int, limit: int) -> list[dict[str, Any]]:
         """The events after id ``after`` of the runs the caller may see, oldest first."""
         return EventFeed(self.store.engine).after(after, visible_workspaces(self.caller), limit)
+
+    def event_feed_head(self) -> int:
+        return EventFeed(self.store.engine).head()
 
     # -- artifacts ----------------------------------------------------------------------
     def artifacts(self, ref: str) -> tuple[str, list[dict[str, Any]]]:

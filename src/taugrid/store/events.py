@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Engine, insert, select, text
+from sqlalchemy import Connection, Engine, func, insert, select, text
 
 from taugrid.store.tables import events, runs
 
@@ -32,6 +32,12 @@ def insert_events(conn: Connection, rows: Sequence[dict[str, Any]] | dict[str, A
 class EventFeed:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+
+    def head(self) -> int:
+        """The id of the newest event (0 when none): where a feed that wants only what
+        happens from now on starts."""
+        with self.engine.connect() as conn:
+            return int(conn.execute(select(func.max(events.c.id))).scalar() or 0)
 
     def after(
         self, after_id: int, workspaces: frozenset[str] | None, limit: int

@@ -65,6 +65,10 @@ class Move:
     attempt_update: Mapping[str, Any] | None = None
 
 
+# The longest RunFilter.text a request may ask for (the API answers 422 past it).
+MAX_SEARCH_CHARS = 256
+
+
 @dataclass(frozen=True)
 class RunFilter:
     states: Sequence[str] = ()
@@ -72,6 +76,12 @@ class RunFilter:
     since: float | None = None
     workspace: str | None = None
     experiment: str | None = None
+    queue: str | None = None
+    submitter: str | None = None
+    until: float | None = None  # created before this (unix seconds); ``since`` is inclusive
+    # Free text: a case-insensitive substring of the id, name, experiment, submitter or
+    # message (``%`` and ``_`` are literal).
+    text: str | None = None
     # The workspaces the caller may see; None: all of them.
     visible: frozenset[str] | None = None
 
@@ -224,6 +234,15 @@ class RunStore:
             conds.append(runs.c.workspace == flt.workspace)
         if flt.experiment:
             conds.append(runs.c.experiment_name == flt.experiment)
+        if flt.queue:
+            conds.append(runs.c.queue == flt.queue)
+        if flt.submitter:
+            conds.append(runs.c.submitter == flt.submitter)
+        if flt.until is not None:
+            conds.append(runs.c.created_at < flt.until)
+        if flt.text:
+            pattern = f"%{_escape_like(flt.text)}%"
+            conds.append(or_(*(col.ilike(pattern, escape="\\") for col in _SEARCHED)))
         if flt.visible is not None:
             conds.append(runs.c.workspace.in_(sorted(flt.visible)))
         if before is not None:
@@ -692,6 +711,11 @@ def _event(run_id: str, at: float, frm: RunState | None, step: Transition) -> di
         "reason": step.reason.value,
         "message": step.message,
     }
+
+
+# What RunFilter.text searches (ILIKE: lower() on both sides in SQLite, ILIKE in PostgreSQL;
+# a NULL experiment matches nothing there).
+_SEARCHED = (runs.c.id, runs.c.name, runs.c.experiment_name, runs.c.submitter, runs.c.message)
 
 
 def _escape_like(s: str) -> str:

@@ -102,6 +102,22 @@ def test_list_command_passes_the_filter_and_shows_the_columns(
     assert result.stdout.splitlines()[0].split()[-1] == "REASON"
 
 
+def test_list_passes_queue_user_and_search_as_the_api_names_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake = FakeClient({r["id"]: r for r in RUNS})
+    args = ["list", "--queue", "big", "--user", "bob", "--search", "lr_0.1%"]
+    result = invoke(monkeypatch, "listing", fake, *args)
+    assert result.exit_code == 0, result.output
+    assert {k: fake.list_params[-1][k] for k in ("queue", "user", "q")} == {
+        "queue": "big",
+        "user": "bob",
+        "q": "lr_0.1%",
+    }
+    invoke(monkeypatch, "listing", fake, "list")
+    assert [fake.list_params[-1][k] for k in ("queue", "user", "q")] == [None, None, None]
+
+
 def detail(**more: Any) -> dict[str, Any]:
     d = run_out("train-x7k2p", state="FAILED", reason="ExitCode", exit_code=1)
     d.update(

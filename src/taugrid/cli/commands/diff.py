@@ -26,7 +26,7 @@ from taugrid.errors import NotFound
 @workspace_option
 @output_option
 def command(run_a: str, run_b: str, workspace: str | None, output: str) -> None:
-    from taugrid.cli.diffing import diff_runs, render
+    from taugrid.domain.rundiff import diff_runs, render
 
     client = connect()
     run_a, run_b = (in_workspace(client, r, workspace) for r in (run_a, run_b))

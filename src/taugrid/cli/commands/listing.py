@@ -82,6 +82,13 @@ def experiment_columns(metrics: Sequence[str]) -> list[Column]:
 @click.option("--name", help="Only runs with this name.")
 @click.option("--workspace", help="Only runs of this workspace.")
 @click.option("--experiment", help="Only runs of this experiment; adds its columns.")
+@click.option("--queue", help="Only runs of this queue.")
+@click.option("--user", help="Only runs this user submitted.")
+@click.option(
+    "--search",
+    metavar="TEXT",
+    help="Only runs with TEXT in their id, name, experiment, submitter or message (any case).",
+)
 @click.option(
     "--metric",
     "metrics",
@@ -97,6 +104,9 @@ def command(
     name: str | None,
     workspace: str | None,
     experiment: str | None,
+    queue: str | None,
+    user: str | None,
+    search: str | None,
     metrics: tuple[str, ...],
     since: str | None,
     limit: int,
@@ -108,6 +118,9 @@ def command(
         "name": name,
         "workspace": workspace,
         "experiment": experiment,
+        "queue": queue,
+        "user": user,
+        "q": search,
         "since": parse_since(since) if since else None,
     }
     runs: list[dict[str, Any]] = []

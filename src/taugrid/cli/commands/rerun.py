@@ -26,7 +26,7 @@ from taugrid.osuser import current_user
 @run_flags
 @click.pass_context
 def command(ctx: click.Context, run: str, flags: RunFlags) -> None:
-    from taugrid.cli.rerun import rerun_payload
+    from taugrid.spec.rerun import rerun_payload
 
     client = connect()
     record = client.get_run(run)

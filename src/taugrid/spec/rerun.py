@@ -1,4 +1,4 @@
-"""``tau rerun``: a new run from a recorded one, with more overrides. Pure functions.
+"""A new run from a recorded one, with more overrides (``tau rerun``). Pure functions.
 
 The new spec is what ``tau run`` would have resolved with the record's overrides followed
 by the new ones: the recorded spec file text (or, for ``tau run -- CMD``, the recorded

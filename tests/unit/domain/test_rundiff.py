@@ -1,4 +1,4 @@
-"""`tau diff`: the comparison of two run details, its JSON shape and its text."""
+"""The comparison of two run details (`tau diff`), its JSON shape and its text."""
 
 from __future__ import annotations
 
@@ -6,10 +6,7 @@ import copy
 import json
 from typing import Any
 
-import pytest
-from clifakes import FakeClient, invoke
-
-from taugrid.cli.diffing import compare, diff_runs, flatten, render
+from taugrid.domain.rundiff import compare, diff_runs, flatten, render
 
 RESOLVED: dict[str, Any] = {
     "name": "exp",
@@ -184,16 +181,3 @@ def test_long_values_are_cut() -> None:
     b["spec"]["resolved"]["env"]["LR"] = "x" * 200
     line = next(x for x in render(diff_runs(run("a"), b)).splitlines() if "env.LR" in x)
     assert line.endswith("…") and len(line) < 200
-
-
-def test_command_prints_text_or_json_and_exits_0(monkeypatch: pytest.MonkeyPatch) -> None:
-    b = run("exp-bbbbb")
-    b["spec"]["resolved"]["env"]["LR"] = "0.2"
-    fake = FakeClient({"a": run("exp-aaaaa"), "b": b})
-    result = invoke(monkeypatch, "diff", fake, "diff", "a", "b")
-    assert result.exit_code == 0
-    assert result.stdout.splitlines()[:2] == ["A: exp-aaaaa", "B: exp-bbbbb"]
-    result = invoke(monkeypatch, "diff", fake, "diff", "a", "b", "-o", "json")
-    data = json.loads(result.stdout)
-    assert set(data) == {"a", "b", "identical", "spec", "code", "environment", "overrides"}
-    assert invoke(monkeypatch, "diff", fake, "diff", "a", "a").stdout == "no differences\n"

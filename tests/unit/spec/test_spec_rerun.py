@@ -1,19 +1,17 @@
-"""`tau rerun`: the new spec is the recorded one with more overrides; the payload reuses the
-record; a bad override stops everything with exit 2."""
+"""Rerun (`tau rerun`): the new spec is the recorded one with more overrides; the payload
+reuses the record; a bad override raises one SpecError with every problem."""
 
 from __future__ import annotations
 
 import shutil
-import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
-from clifakes import FakeClient, invoke
 
-from taugrid.cli.rerun import rerun_payload, respec
 from taugrid.errors import SpecError
 from taugrid.spec import LoadedSpec, load_spec, spec_from_command
+from taugrid.spec.rerun import rerun_payload, respec
 
 DIGEST = "ab" * 32
 GIT = {
@@ -136,42 +134,3 @@ def test_payload_of_a_record_without_code_or_python(tmp_path: Path) -> None:
     del record["code"], record["python_env"]
     payload = rerun_payload(record, [], "bob")
     assert payload["code"] is None and payload["python_env"] is None
-
-
-def test_command_submits_once_with_a_fresh_key(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    record = record_of(load_spec(spec_file(tmp_path, SPEC)))
-    fake = FakeClient({"exp": record})
-    result = invoke(
-        monkeypatch, "rerun", fake, "rerun", "exp", "--set", "env.LR=0.9", "--gpus", "0"
-    )
-    assert result.exit_code == 0, result.output
-    assert "run new-run01 submitted as a rerun of exp-abcde (QUEUED)" in result.stdout
-    ((payload, key),) = fake.submitted
-    assert payload["overrides"] == ["env.LR=0.9", "resources.gpus=0"]
-    assert uuid.UUID(key)
-    invoke(monkeypatch, "rerun", fake, "rerun", "exp")
-    assert fake.submitted[0][1] != fake.submitted[1][1]
-
-
-def test_command_with_a_bad_override_submits_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    fake = FakeClient({"exp": record_of(load_spec(spec_file(tmp_path, SPEC)))})
-    result = invoke(monkeypatch, "rerun", fake, "rerun", "exp", "--set", "resources.gpus=x")
-    assert isinstance(result.exception, SpecError) and result.exception.exit_code == 2
-    assert fake.submitted == []
-
-
-def test_command_json_output_is_the_submit_answer(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import json
-
-    fake = FakeClient({"exp": record_of(load_spec(spec_file(tmp_path, SPEC)))})
-    result = invoke(monkeypatch, "rerun", fake, "rerun", "exp", "-o", "json")
-    assert json.loads(result.stdout) == {
-        "run": {"id": "new-run01", "state": "QUEUED", "name": "exp"},
-        "created": True,
-    }

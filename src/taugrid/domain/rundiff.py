@@ -1,4 +1,4 @@
-"""``tau diff``: what differs between two run records. Pure: two run details in, data out.
+"""What differs between two run records (``tau diff``). Pure: two run details in, data out.
 
 :func:`diff_runs` gives the stable ``-o json`` shape (docs/api.md); :func:`render` the text.
 A *change* is ``{"key", "change": "added"|"removed"|"changed", "a", "b"}``: ``added``

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from taugrid.cli.diffing import compare_files, diff_runs, render
+from taugrid.domain.rundiff import compare_files, diff_runs, render
 
 
 def member(path: str, size: int, sha: str, kind: str = "file") -> dict[str, Any]:
