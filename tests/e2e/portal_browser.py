@@ -12,6 +12,7 @@ import os
 import re
 import signal
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -150,7 +151,12 @@ class Portal:
 def wait_streams(page: Page, count: int) -> None:
     """Until htmx has opened ``count`` SSE streams on the page: a change made after this
     reaches the page."""
-    page.wait_for_function(f"window.__tau.sseOpen >= {count}", timeout=WAIT_MS)
+    # Polled from here: wait_for_function's string predicate is an eval in the page,
+    # which the portal's CSP refuses (as it should) once the predicate must be polled.
+    deadline = time.monotonic() + WAIT_MS / 1000
+    while page.evaluate("window.__tau.sseOpen") < count:
+        assert time.monotonic() < deadline, f"htmx opened fewer than {count} streams"
+        page.wait_for_timeout(50)
 
 
 def shot(page: Page, name: str, *, full_page: bool = True) -> Path:

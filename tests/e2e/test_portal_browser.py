@@ -177,7 +177,10 @@ def test_log_lines_arrive_while_the_run_runs(portal: Portal, local: Tau) -> None
     lines = page.locator("pre#log-lines .ln")
     seen = lines.count()
     # Lines printed after the page opened arrive without a reload.
-    expect(lines).to_have_count(seen + 3, timeout=WAIT_MS)
+    expect(lines.nth(seen + 2)).to_be_attached(timeout=WAIT_MS)  # lines come in batches
+    # Overrides being typed survive the live part's refresh when the run ends.
+    page.get_by_text("Rerun…").click()
+    page.get_by_label(re.compile("Overrides")).fill("env.LR=0.5")
     stop.touch()
     expect(lines.last).to_have_text("ticker done", timeout=WAIT_MS)
     texts = lines.all_inner_texts()
@@ -189,6 +192,8 @@ def test_log_lines_arrive_while_the_run_runs(portal: Portal, local: Tau) -> None
     # The attempt ends: the stream says so and the live part moves on, still no reload.
     expect(page.locator("pre#log-lines .log-end")).to_contain_text("log ended", timeout=WAIT_MS)
     expect(page.locator("#run-live .state")).to_contain_text("SUCCEEDED", timeout=WAIT_MS)
+    expect(page.get_by_role("button", name="Resume from checkpoint")).to_be_visible()
+    expect(page.get_by_label(re.compile("Overrides"))).to_have_value("env.LR=0.5")
     portal.assert_clean()
 
 
@@ -241,6 +246,9 @@ def test_a_queued_run_shows_its_position_and_reason(portal: Portal, local: Tau) 
         assert head.get_attribute("value") == str(pending["position"])
         shot(queues, "queues-waiting")
         queues.close()
+        overview = portal.open("/portal/")  # the pending pressure, with its age
+        expect(overview.locator("main")).to_contain_text("1 run waiting; the oldest was")
+        overview.close()
     finally:
         local("cancel", holder, check=True)
 

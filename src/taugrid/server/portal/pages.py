@@ -49,8 +49,11 @@ def _base(who: Viewer, request: Request, nav: str, **extra: Any) -> dict[str, An
 def overview(request: Request, who: Seen) -> Response:
     svc = who.svc
     counts: dict[str, int] = {}
+    waiting_since: float | None = None  # the oldest queued run's submit: pending pressure
     for row in svc.state_counts():
         counts[row["state"]] = counts.get(row["state"], 0) + row["runs"]
+        if row["state"] == "QUEUED":
+            waiting_since = min(row["created_at"], waiting_since or row["created_at"])
     failed, _ = svc.list_runs(
         RunFilter(states=["FAILED"], visible=visible_workspaces(who.caller)), 8, None
     )
@@ -61,6 +64,7 @@ def overview(request: Request, who: Seen) -> Response:
             request,
             "overview",
             counts=counts,
+            waiting_since=waiting_since,
             states=[s.value for s in RunState],
             queues=queue_view(svc).queues,
             gpus=gpus_view(request),
