@@ -10,14 +10,12 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
-import signal
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from leftovers import kill_leftover_supervisors
 from servicecheck import require_service
 
 # The real-CLI helpers live beside the integration tests; this directory is collected
@@ -26,7 +24,7 @@ _INTEGRATION = str(Path(__file__).resolve().parents[1] / "integration")
 if _INTEGRATION not in sys.path:
     sys.path.insert(0, _INTEGRATION)
 
-from tauproc import Tau, wait_gone  # noqa: E402
+from tauproc import Tau  # noqa: E402
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, Response
@@ -166,18 +164,3 @@ def shot(page: Page, name: str, *, full_page: bool = True) -> Path:
     # which htmx's settling then copies, and the portal's CSP (rightly) refuses.
     page.screenshot(path=str(path), full_page=full_page, caret="initial")
     return path
-
-
-def stop_server(tau: Tau) -> None:
-    """What tests/integration/conftest.py does after each test, for a module's server."""
-    try:
-        info = tau.server_info()
-    except OSError:
-        info = None
-    if info:
-        try:
-            os.kill(int(info["pid"]), signal.SIGTERM)
-            wait_gone(int(info["pid"]))
-        except ProcessLookupError:
-            pass
-    kill_leftover_supervisors(tau.home)

@@ -28,7 +28,6 @@ from portal_browser import (
     login_link,
     require_browser,
     shot,
-    stop_server,
     wait_streams,
 )
 from tauproc import Tau, write_spec
@@ -92,7 +91,7 @@ def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tau]:
         tau.start_server("--gpus", "1")
         yield tau
     finally:
-        stop_server(tau)
+        tau.tear_down()
 
 
 @pytest.fixture(scope="module")
@@ -459,4 +458,4 @@ def test_a_viewer_sees_no_cancel_and_a_forged_cancel_is_refused_as_by_the_api(
         assert status["state"] == "RUNNING" and status["cancel_requested"] is False, status
         tau("cancel", run_id, check=True)
     finally:
-        stop_server(tau)
+        tau.tear_down()

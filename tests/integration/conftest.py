@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tauproc import Tau, wait_gone
-
-from leftovers import kill_leftover_supervisors
+from tauproc import Tau
 
 
 @pytest.fixture
@@ -19,14 +15,4 @@ def tau(tmp_path: Path) -> Iterator[Tau]:
     work.mkdir()
     t = Tau(home=tmp_path / "home", cwd=work)
     yield t
-    try:
-        info = t.server_info()
-    except OSError:
-        info = None
-    if info:
-        try:
-            os.kill(int(info["pid"]), signal.SIGTERM)
-            wait_gone(int(info["pid"]))
-        except ProcessLookupError:
-            pass
-    kill_leftover_supervisors(t.home)
+    t.tear_down()

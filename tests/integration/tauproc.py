@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from leftovers import kill_leftover_supervisors
+
 TAU = [sys.executable, "-m", "taugrid.cli.main"]
 
 
@@ -86,6 +88,20 @@ class Tau:
 
     def stop_server(self) -> None:
         self("server", "stop")
+
+    def tear_down(self) -> None:
+        """After a test: the server it left running is stopped, its supervisors killed."""
+        try:
+            info = self.server_info()
+        except OSError:
+            info = None
+        if info:
+            try:
+                os.kill(int(info["pid"]), signal.SIGTERM)
+                wait_gone(int(info["pid"]))
+            except ProcessLookupError:
+                pass
+        kill_leftover_supervisors(self.home)
 
     def wait_state(self, run: str, states: set[str], timeout: float = 30) -> dict[str, Any]:
         deadline = time.monotonic() + timeout

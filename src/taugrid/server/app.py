@@ -71,7 +71,7 @@ from taugrid.server.pod_reports import router as reports_router
 from taugrid.server.policy_file import apply_policy_file
 from taugrid.server.portal.login import link_router as portal_link_router
 from taugrid.server.portal.mount import error_page, mount_portal
-from taugrid.server.portal_session import CSRF_HEADER, SAFE_METHODS, csrf_ok, is_local_session
+from taugrid.server.portal_session import CSRF_HEADER, SAFE_METHODS, csrf_ok, session_caller
 from taugrid.server.queueing import Machine, Queueing
 from taugrid.server.request_guard import RequestGuard, bounded_json
 from taugrid.server.routes import router
@@ -346,20 +346,18 @@ async def require_token(request: Request) -> None:
     source = request_source(request)  # the peer, or the client a trusted proxy names
     auth: Authenticator = request.app.state.auth
     header = request.headers.get("authorization")
-    if header is None and SESSION_COOKIE in request.cookies:  # the portal's session
-        session = request.cookies[SESSION_COOKIE]
+    session = request.cookies.get(SESSION_COOKIE) if header is None else None
+    if session is not None:  # the portal's session (its pages' downloads, say)
         if request.method not in SAFE_METHODS and not csrf_ok(
             auth.local_token, session, request.headers.get(CSRF_HEADER)
         ):
             raise Forbidden("a change made with the portal's session needs its CSRF token")
-        if is_local_session(session, auth.local_token):
-            request.state.caller = auth.owner()
-            await bounded_json(request)
-            return
-        header = f"Bearer {session}"
-    caller = auth.local_caller(header)
-    if caller is None:
-        caller = await run_in_threadpool(auth.caller, header, source)
+        caller = await session_caller(auth, session, source)
+    else:
+        local = auth.local_caller(header)
+        caller = (
+            local if local is not None else await run_in_threadpool(auth.caller, header, source)
+        )
     if caller.kind == AGENT_KIND and request.url.path != AGENT_ROUTE:
         raise Forbidden("an agent's token sends GPU health reports and does nothing else")
     request.state.caller = caller

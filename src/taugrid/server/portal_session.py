@@ -29,11 +29,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
 from taugrid.domain.access import Caller
 from taugrid.errors import AuthError
+from taugrid.server.auth import Authenticator
 from taugrid.server.oidc import SESSION_COOKIE, SESSION_TTL_S
 
 TICKET_TTL_S = 60.0
@@ -62,6 +64,15 @@ def is_local_session(value: str, local_token: str, now: float | None = None) -> 
     if not expires.isdigit() or int(expires) < (time.time() if now is None else now):
         return False
     return hmac.compare_digest(sig, _sign(local_token, f"portal-session:{expires}"))
+
+
+async def session_caller(auth: Authenticator, session: str, source: str) -> Caller:
+    """Who a session cookie stands for (the API's and the portal's one reading): the
+    machine's owner when it is signed with the local token (no I/O), else its API token's
+    caller (looked up in the thread pool); AuthError or RateLimited as for a header."""
+    if is_local_session(session, auth.local_token):
+        return auth.owner()
+    return await run_in_threadpool(auth.caller, f"Bearer {session}", source)
 
 
 def csrf_token(key: str, session: str) -> str:

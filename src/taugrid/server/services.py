@@ -347,9 +347,9 @@ class RunService:
     def rerun(self, ref: str, overrides: Sequence[str], idempotency_key: str | None) -> Row:
         """A new run from ``ref``'s record with ``overrides`` after its own, as ``tau
         rerun`` submits it (the spec resolved again from the recorded source, the recorded
-        snapshot); the submit checks apply as to any submit, ``rerun_of`` included."""
+        snapshot); the submit checks apply as to any submit, ``rerun_of``'s included, so
+        the answer is the API's to ``POST /runs`` with ``rerun_of``."""
         run = self._resolve(ref)
-        self._check_change(run, "rerun")
         code = run["code_info"] or {}
         record = {
             "id": run["id"],

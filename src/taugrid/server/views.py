@@ -1,4 +1,4 @@
-"""Views: what the API (and the portal, later) shows of runs and queues, built once here
+"""Views: what the API and the portal show of runs and queues, built once here
 from the service layer, so every surface shows the same fields with the same meaning.
 Routes translate HTTP to these; they build no model of their own."""
 

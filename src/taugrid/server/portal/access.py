@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from urllib.parse import parse_qsl
 
 from fastapi import Request
-from starlette.concurrency import run_in_threadpool
 
 from taugrid.domain.access import AGENT_KIND, Caller, can_change_run
 from taugrid.errors import AuthError, Forbidden, RequestTooLarge
@@ -20,7 +19,7 @@ from taugrid.server.portal_session import (
     CSRF_HEADER,
     csrf_ok,
     csrf_token,
-    is_local_session,
+    session_caller,
 )
 from taugrid.server.services import RunService
 
@@ -36,10 +35,10 @@ class Viewer:
     session: str
     csrf: str
 
-    def may_change(self, run: dict[str, object]) -> bool:
+    def may_change(self, workspace: str, submitter: str) -> bool:
         """Whether to offer cancel, resume and rerun: the predicate the service applies
         (the service checks again on the action; this only hides useless buttons)."""
-        return can_change_run(self.caller, str(run["workspace"]), str(run["submitter"]))
+        return can_change_run(self.caller, workspace, submitter)
 
 
 async def viewer(request: Request) -> Viewer:
@@ -47,15 +46,10 @@ async def viewer(request: Request) -> Viewer:
     if not session:
         raise NeedLogin("log in to see the portal")
     auth: Authenticator = request.app.state.auth
-    if is_local_session(session, auth.local_token):
-        caller = auth.owner()
-    else:
-        try:
-            caller = await run_in_threadpool(
-                auth.caller, f"Bearer {session}", request_source(request)
-            )
-        except AuthError as exc:  # expired or revoked: log in again (a 429 stays a 429)
-            raise NeedLogin("your portal session has ended; log in again") from exc
+    try:
+        caller = await session_caller(auth, session, request_source(request))
+    except AuthError as exc:  # expired or revoked: log in again (a 429 stays a 429)
+        raise NeedLogin("your portal session has ended; log in again") from exc
     if caller.kind == AGENT_KIND:
         raise NeedLogin("an agent's token has no portal")
     request.state.caller = caller  # the audit log reads it

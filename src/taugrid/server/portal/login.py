@@ -18,6 +18,7 @@ from taugrid.server.oidc import SESSION_COOKIE, SESSION_TTL_S
 from taugrid.server.portal.access import Viewer, acting_viewer
 from taugrid.server.portal.web import page
 from taugrid.server.portal_session import (
+    TICKET_TTL_S,
     Tickets,
     local_session,
     safe_next,
@@ -51,7 +52,7 @@ def portal_link(body: LinkIn, request: Request) -> LinkOut:
         raise Forbidden("an agent's token has no portal")
     ticket = tickets(request).issue(caller, safe_next(body.next))
     base = str(request.base_url).rstrip("/")
-    return LinkOut(url=f"{base}/portal/login?ticket={ticket}", expires_in_s=60.0)
+    return LinkOut(url=f"{base}/portal/login?ticket={ticket}", expires_in_s=TICKET_TTL_S)
 
 
 @router.get("/portal/login")

@@ -26,7 +26,6 @@ from taugrid.store.runs import MAX_SEARCH_CHARS, RunFilter
 router = APIRouter(prefix="/portal", include_in_schema=False)
 PAGE_SIZE = 50
 WITHIN = {"1h": 3600, "24h": 86400, "7d": 7 * 86400, "30d": 30 * 86400}
-ACTIVE = frozenset({"PENDING", "QUEUED", "ADMITTED", "RUNNING", "RESTARTING", "PREEMPTED"})
 MAX_CHARTS = 8  # metric names charted on a run page
 MAX_OVERLAID = 12  # runs overlaid in an experiment's charts
 HEALTH_EVENTS_SHOWN = 50
@@ -34,26 +33,20 @@ HEALTH_EVENTS_SHOWN = 50
 Seen = Annotated[Viewer, Depends(viewer)]
 
 
-def _base(who: Viewer, request: Request, nav: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "caller": who.caller,
-        "csrf": who.csrf,
-        "nav": nav,
-        "path": request.url.path,
-        "oidc": request.app.state.oidc is not None,
-        **extra,
-    }
+def _base(who: Viewer, nav: str, **extra: Any) -> dict[str, Any]:
+    return {"caller": who.caller, "csrf": who.csrf, "nav": nav, **extra}
 
 
 @router.get("/")
 def overview(request: Request, who: Seen) -> Response:
     svc = who.svc
+    rows = svc.state_counts()
     counts: dict[str, int] = {}
-    waiting_since: float | None = None  # the oldest queued run's submit: pending pressure
-    for row in svc.state_counts():
+    for row in rows:
         counts[row["state"]] = counts.get(row["state"], 0) + row["runs"]
-        if row["state"] == "QUEUED":
-            waiting_since = min(row["created_at"], waiting_since or row["created_at"])
+    # Pending pressure: how long the oldest queued run has waited.
+    queued = [row["created_at"] for row in rows if row["state"] == "QUEUED"]
+    waiting_since = min(queued, default=None)
     failed, _ = svc.list_runs(
         RunFilter(states=["FAILED"], visible=visible_workspaces(who.caller)), 8, None
     )
@@ -61,7 +54,6 @@ def overview(request: Request, who: Seen) -> Response:
         "overview.html",
         _base(
             who,
-            request,
             "overview",
             counts=counts,
             waiting_since=waiting_since,
@@ -115,7 +107,6 @@ def runs_context(request: Request, who: Viewer) -> dict[str, Any]:
     rows, nxt = who.svc.list_runs(_run_filter(f, who, time.time()), PAGE_SIZE, cursor)
     return _base(
         who,
-        request,
         "runs",
         filters=f,
         states=[s.value for s in RunState],
@@ -144,11 +135,10 @@ def _run_context(request: Request, who: Viewer, ref: str) -> dict[str, Any]:
     detail = run_detail(svc, svc.get(ref))
     return _base(
         who,
-        request,
         "runs",
         run=detail,
-        active=detail.state in ACTIVE,
-        may_change=who.may_change(detail.model_dump()),
+        active=not RunState(detail.state).terminal,
+        may_change=who.may_change(detail.workspace, detail.submitter),
         rerun_key=f"portal-{detail.id}-{time.time_ns()}",
     )
 
@@ -193,19 +183,14 @@ def _logs_context(request: Request, run_id: str, attempts: int) -> dict[str, Any
 @router.get("/runs/{ref}/logs")
 def logs_panel(ref: str, request: Request, who: Seen) -> Response:
     run = who.svc.get(ref)
-    ctx = _base(who, request, "runs", run=run_row(who.svc, run))
+    ctx = _base(who, "runs", run=run_row(who.svc, run))
     ctx.update(_logs_context(request, run["id"], run["attempt_count"]))
     return page("_logs.html", ctx)
 
 
 def _charts_context(who: Viewer, run_id: str, active: bool) -> dict[str, Any]:
     _, points = who.svc.metrics(run_id, None)
-    by_name: dict[str, list[tuple[float, float]]] = {}
-    for i, p in enumerate(points):
-        x = float(p["step"]) if p["step"] is not None else float(i)
-        for name, value in p["values"].items():
-            if value is not None:
-                by_name.setdefault(name, []).append((x, float(value)))
+    by_name = metric_series(points)
     names = sorted(by_name)
     shown = [
         (name, line_chart([Series(name, by_name[name])], title=name)) for name in names[:MAX_CHARTS]
@@ -226,14 +211,14 @@ def _charts_context(who: Viewer, run_id: str, active: bool) -> dict[str, Any]:
 @router.get("/runs/{ref}/charts")
 def run_charts(ref: str, request: Request, who: Seen) -> Response:
     run = who.svc.get(ref)
-    ctx = _base(who, request, "runs", run=run_row(who.svc, run))
-    ctx.update(_charts_context(who, run["id"], run["state"] in ACTIVE))
+    ctx = _base(who, "runs", run=run_row(who.svc, run))
+    ctx.update(_charts_context(who, run["id"], not RunState(run["state"]).terminal))
     return page("_charts.html", ctx)
 
 
 @router.get("/queues")
 def queues(request: Request, who: Seen) -> Response:
-    return page("queues.html", _base(who, request, "queues", queues=queue_view(who.svc)))
+    return page("queues.html", _base(who, "queues", queues=queue_view(who.svc)))
 
 
 @router.get("/gpus")
@@ -242,14 +227,14 @@ def gpus(request: Request, who: Seen) -> Response:
     events = []
     if who.caller.platform_admin and view.monitor != "off":  # the API's admin-only events
         events = get_health_events(request, limit=HEALTH_EVENTS_SHOWN).events
-    return page("gpus.html", _base(who, request, "gpus", gpus=view, events=events))
+    return page("gpus.html", _base(who, "gpus", gpus=view, events=events))
 
 
 @router.get("/experiments")
 def experiments(request: Request, who: Seen) -> Response:
     return page(
         "experiments.html",
-        _base(who, request, "experiments", experiments=who.svc.experiments()),
+        _base(who, "experiments", experiments=who.svc.experiments()),
     )
 
 
@@ -269,22 +254,17 @@ def experiment(
     names = sorted({k for r in shown if r.metrics_last for k in r.metrics_last.values})
     chosen = [m for m in (metric or names[:2]) if m in names]
     overlaid = []
-    series_of = {r.id: svc.metrics(r.id, None)[1] for r in shown[:MAX_OVERLAID]}
+    series_of = {r.id: metric_series(svc.metrics(r.id, None)[1]) for r in shown[:MAX_OVERLAID]}
     for m in chosen:
-        lines = []
-        for r in shown[:MAX_OVERLAID]:
-            pts = [
-                (float(p["step"] if p["step"] is not None else i), float(p["values"][m]))
-                for i, p in enumerate(series_of[r.id])
-                if p["values"].get(m) is not None
-            ]
-            lines.append(Series(f"{r.name} {r.id[-6:]}", pts))
+        lines = [
+            Series(f"{r.name} {r.id[-6:]}", series_of[r.id].get(m, []))
+            for r in shown[:MAX_OVERLAID]
+        ]
         overlaid.append((m, line_chart(lines, title=f"{m} across {name}")))
     return page(
         "experiment.html",
         _base(
             who,
-            request,
             "experiments",
             name=name,
             runs=shown,
@@ -306,7 +286,7 @@ def diff(request: Request, who: Seen, a: str = "", b: str = "") -> Response:
         if ra.spec.snapshot_digest != rb.spec.snapshot_digest:  # as `tau diff` does
             files_a, files_b = _snapshot_files(svc, ra.id), _snapshot_files(svc, rb.id)
         result = diff_runs(ra.model_dump(), rb.model_dump(), files_a, files_b)
-    return page("diff.html", _base(who, request, "diff", a=a, b=b, result=result))
+    return page("diff.html", _base(who, "diff", a=a, b=b, result=result))
 
 
 def _snapshot_files(svc: RunService, run_id: str) -> list[dict[str, Any]] | None:
@@ -315,3 +295,15 @@ def _snapshot_files(svc: RunService, run_id: str) -> list[dict[str, Any]] | None
         return [dict(f) for f in svc.snapshot_listing(run_id)[2]]
     except NotFound:
         return None
+
+
+def metric_series(points: list[dict[str, Any]]) -> dict[str, list[tuple[float, float]]]:
+    """A run's logged points as one (step, value) series per metric name; a point
+    logged without a step stands at its place in the log."""
+    by_name: dict[str, list[tuple[float, float]]] = {}
+    for i, p in enumerate(points):
+        x = float(p["step"]) if p["step"] is not None else float(i)
+        for name, value in p["values"].items():
+            if value is not None:
+                by_name.setdefault(name, []).append((x, float(value)))
+    return by_name
